@@ -1,0 +1,135 @@
+"""Every exception k8sjobs raises, in one tree.
+
+    K8sJobsError
+    ├── StepFailed            wait(check=True) on a step that did not succeed
+    ├── SpecMismatch          a Job of that name exists with a different spec hash
+    ├── SessionClosed         a handle or session used after its session ended
+    ├── ApiError              the Kubernetes API said no (carries the Status)
+    │   ├── NotFound          404
+    │   ├── AlreadyExists     409, reason AlreadyExists
+    │   ├── Conflict          409, stale resourceVersion
+    │   ├── Forbidden         403: names the verb and resource to grant
+    │   ├── Invalid           422, with the causes
+    │   ├── Gone              410, a watch or list resourceVersion too old
+    │   └── ServerUnavailable 429/5xx or no connection, after the retries ran out
+    └── StudyError            a study file or DAG that cannot run (cycle, unknown step)
+
+Input errors are raised by the models as ``pydantic.ValidationError`` (a ``ValueError``),
+before anything is sent: that is where the field name lives. Registry errors live in
+``k8sjobs.artifacts.errors`` and are re-exported by ``k8sjobs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "AlreadyExists",
+    "ApiError",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "K8sJobsError",
+    "NotFound",
+    "ServerUnavailable",
+    "SessionClosed",
+    "SpecMismatch",
+    "StepFailed",
+    "StudyError",
+]
+
+
+class K8sJobsError(Exception):
+    """Base of every error k8sjobs raises on purpose."""
+
+
+class StepFailed(K8sJobsError):
+    """A step ended in a state other than SUCCEEDED while the caller asked to be told."""
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class SpecMismatch(K8sJobsError):
+    """A Job with the step's name exists, rendered from a different spec."""
+
+
+class SessionClosed(K8sJobsError):
+    """The session that owns this object has been closed."""
+
+
+class StudyError(K8sJobsError):
+    """A study cannot run as written: a cycle, an unknown step or output, a bad file."""
+
+
+class ApiError(K8sJobsError):
+    """The Kubernetes API answered with an error ``Status``."""
+
+    def __init__(
+        self, status: int, body: Mapping[str, Any] | None = None, *, what: str = ""
+    ) -> None:
+        body = body or {}
+        self.status = status
+        self.reason: str = str(body.get("reason", "")) or "Unknown"
+        self.body: Mapping[str, Any] = body
+        message = str(body.get("message", "")) or f"HTTP {status}"
+        super().__init__(f"{what}: {message}" if what else message)
+
+    @property
+    def causes(self) -> list[Mapping[str, Any]]:
+        """Return the field-level causes of a 422 Invalid, if the server gave any."""
+        details = self.body.get("details") or {}
+        return list(details.get("causes") or [])
+
+
+class NotFound(ApiError):
+    """404: the object does not exist (or no longer does)."""
+
+
+class AlreadyExists(ApiError):
+    """409 AlreadyExists: an object of that name exists."""
+
+
+class Conflict(ApiError):
+    """409 Conflict: the object changed since it was read; read it again and retry."""
+
+
+class Forbidden(ApiError):
+    """403: the credentials lack a right; the message names the verb and resource to grant."""
+
+
+class Invalid(ApiError):
+    """422: the server rejected the object; ``causes`` names the fields."""
+
+
+class Gone(ApiError):
+    """410: the resourceVersion asked for is older than the server's history."""
+
+
+class ServerUnavailable(ApiError):
+    """The server stayed unreachable or overloaded (429/5xx) after every allowed retry."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    403: Forbidden,
+    404: NotFound,
+    410: Gone,
+    422: Invalid,
+    429: ServerUnavailable,
+}
+
+
+def api_error(status: int, body: Mapping[str, Any] | None = None, *, what: str = "") -> ApiError:
+    """Return the most specific ApiError for an HTTP status and Status body."""
+    if status == 409:
+        kind: type[ApiError] = (
+            AlreadyExists if (body or {}).get("reason") == "AlreadyExists" else Conflict
+        )
+    elif status >= 500:
+        kind = ServerUnavailable
+    else:
+        kind = _BY_STATUS.get(status, ApiError)
+    return kind(status, body, what=what)

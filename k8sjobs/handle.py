@@ -1,0 +1,125 @@
+"""StepHandle: the caller's grip on one submitted step.
+
+A handle's state is pushed into it by its backend's shared watcher, so reading
+``handle.state`` or awaiting ``handle.wait()`` costs no request. The handle only moves
+forward: once terminal, later news is ignored (a watch replay cannot resurrect a step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+from .errors import StepFailed
+from .state import StepResult, StepState
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .spec import Step
+
+__all__ = ["StepHandle"]
+
+_ORDER = {StepState.PENDING: 0, StepState.RUNNING: 1}
+
+
+class StepHandle:
+    """A submitted step: wait for it, cancel it, read its logs.
+
+    ``name`` is the step's own name, ``object_name`` the name of its Job (and ConfigMap) in
+    ``namespace``; ``step`` is the Step it was submitted from (None after a re-attach that
+    found only the Job).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        study: str,
+        object_name: str,
+        namespace: str,
+        backend: Backend,
+        step: Step | None = None,
+    ) -> None:
+        self.name = name
+        self.study = study
+        self.object_name = object_name
+        self.namespace = namespace
+        self.backend = backend
+        self.step = step
+        self._result = StepResult(name=name)
+        self._done = asyncio.Event()
+        self._listeners: list[Callable[[StepHandle], None]] = []
+
+    @property
+    def result(self) -> StepResult:
+        """Return the latest snapshot of the step (final once ``state.terminal``)."""
+        return self._result
+
+    @property
+    def state(self) -> StepState:
+        """Return the step's current state, as last reported by its backend."""
+        return self._result.state
+
+    @property
+    def done(self) -> bool:
+        """Return whether the step has reached a terminal state."""
+        return self._done.is_set()
+
+    async def wait(self, timeout: float | None = None, *, check: bool = False) -> StepResult:
+        """Return the final result once the step ends.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds (the step keeps running), and
+        ``StepFailed`` if ``check`` is true and the step did not succeed.
+        """
+        async with asyncio.timeout(timeout):
+            await self._done.wait()
+        if check and not self._result.ok:
+            raise StepFailed(self._result.describe(), self._result)
+        return self._result
+
+    async def cancel(self) -> None:
+        """Stop the step and delete what runs it; a step already ended is left as it is."""
+        if not self.done:
+            await self.backend.cancel(self)
+
+    async def logs(self, *, container: str | None = None, tail: int | None = None) -> str:
+        """Return the step's log (the script's output unless ``container`` names another)."""
+        return await self.backend.logs(self, container=container, tail=tail)
+
+    def stream_logs(self, *, container: str | None = None) -> AsyncIterator[str]:
+        """Yield log lines as the step writes them, ending when the step ends."""
+        return self.backend.stream_logs(self, container=container)
+
+    def add_listener(self, listener: Callable[[StepHandle], None]) -> None:
+        """Call ``listener(handle)`` on every change of state (at once if already ended)."""
+        self._listeners.append(listener)
+        if self.done:
+            listener(self)
+
+    def _update(self, result: StepResult) -> bool:
+        """Take a newer snapshot from the backend; return whether anything changed.
+
+        Terminal snapshots are final, and a step never goes back from RUNNING to PENDING.
+        """
+        current = self._result
+        if self.done or result == current:
+            return False
+        if not result.state.terminal and _ORDER[result.state] < _ORDER.get(current.state, 0):
+            return False
+        changed_state = result.state is not current.state
+        self._result = result
+        if result.state.terminal:
+            self._done.set()
+        if changed_state or result.state.terminal:
+            for listener in list(self._listeners):
+                listener(self)
+        return True
+
+    def __repr__(self) -> str:
+        return f"<StepHandle {self.name!r} {self.state}>"
+
+    def _repr_html_(self) -> str:
+        from ._display import result_table
+
+        return result_table([self._result])

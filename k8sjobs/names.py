@@ -1,0 +1,61 @@
+"""Kubernetes-safe names for studies, steps and the objects that carry them.
+
+A study or step name is the user's words ("Train model #3"); the objects that run it need
+RFC 1123 labels (lowercase, ``[a-z0-9-]``, at most 63 characters). Every derived name ends
+in a short hash of the *original* text, so two different inputs never share an object
+name, even when they read the same once lowercased or cut to length. The original name is
+kept in an annotation (see ``render``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = [
+    "DNS_LABEL_MAX",
+    "JOB_NAME_MAX",
+    "digest_suffix",
+    "is_dns_label",
+    "job_name",
+    "label_value",
+    "slug",
+]
+
+DNS_LABEL_MAX = 63
+# An Indexed Job's pods are named "<job>-<index>" and that must stay a DNS label, and the
+# job controller copies the Job name into a label value; 52 leaves room for "-<index>".
+JOB_NAME_MAX = 52
+_HASH_LEN = 8
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_INVALID = re.compile(r"[^a-z0-9]+")
+
+
+def is_dns_label(text: str) -> bool:
+    """Return whether ``text`` is a valid RFC 1123 label (a Kubernetes object name)."""
+    return len(text) <= DNS_LABEL_MAX and bool(_DNS_LABEL.match(text))
+
+
+def digest_suffix(*parts: str) -> str:
+    """Return a short, stable hash of ``parts`` (NUL-joined so that ("a", "bc") != ("ab", "c"))."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:_HASH_LEN]
+
+
+def slug(text: str, limit: int) -> str:
+    """Return ``text`` lowercased, with runs of other characters folded to "-", cut to ``limit``."""
+    folded = _INVALID.sub("-", text.lower()).strip("-")
+    return folded[:limit].rstrip("-") or "x"
+
+
+def label_value(name: str) -> str:
+    """Return the label value that identifies ``name`` (a study or step): slug plus hash."""
+    return f"{slug(name, DNS_LABEL_MAX - _HASH_LEN - 1)}-{digest_suffix(name)}"
+
+
+def job_name(study: str, step: str) -> str:
+    """Return the name shared by a step's Job, ConfigMap, Secret and Service in a study."""
+    room = JOB_NAME_MAX - _HASH_LEN - 1
+    step_part = slug(step, room)
+    study_part = slug(study, max(room - len(step_part) - 1, 0))
+    readable = f"{study_part}-{step_part}" if len(study_part) >= 3 else step_part
+    return f"{readable[:room].rstrip('-')}-{digest_suffix(study, step)}"

@@ -1,0 +1,487 @@
+"""Turn a Step into the Kubernetes objects that run it (pure: no I/O, no clock, no randomness).
+
+One step becomes a ConfigMap (the entrypoint script, expanded, plus the handoff
+configuration), a batch/v1 Job, and when needed a Secret (secret env values) and a headless
+Service (``nodes > 1``, so that indexed pods resolve each other by hostname). The same
+manifests are sent to a cluster, to the fake cluster, and run by the local backend.
+
+Inside every container the script finds its surroundings through environment variables,
+never hard-coded paths: ``K8SJOBS_WORKDIR`` (its working directory, an emptyDir),
+``K8SJOBS_INPUTS`` (input ``x`` is ``$K8SJOBS_INPUTS/x``), ``K8SJOBS_ENTRYPOINT``, and the
+resource counts (``K8SJOBS_NODES``, ``K8SJOBS_TASKS``, ...).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import SecretStr
+
+from .names import job_name, label_value
+from .spec import CONFIGMAP_LIMIT, SecretKeyRef, Step, StepOutput, find_launcher_calls
+
+__all__ = [
+    "HANDOFF_IMAGE",
+    "LABEL_HASH",
+    "LABEL_STEP",
+    "LABEL_STUDY",
+    "Manifests",
+    "Target",
+    "output_reference",
+    "render",
+]
+
+HANDOFF_IMAGE = "ghcr.io/k8sjobs/handoff:0.1.0"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_STUDY = "k8sjobs.io/study"
+LABEL_STEP = "k8sjobs.io/step"
+LABEL_HASH = "k8sjobs.io/spec-hash"
+ANNOTATION_STUDY = "k8sjobs.io/study-name"
+ANNOTATION_STEP = "k8sjobs.io/step-name"
+ANNOTATION_OUTPUTS = "k8sjobs.io/outputs"
+
+MAIN_CONTAINER = "step"
+PULL_CONTAINER = "k8sjobs-pull"
+PUSH_CONTAINER = "k8sjobs-push"
+ENTRYPOINT_DIR = "/k8sjobs/entrypoint"
+STATUS_DIR = "/k8sjobs/status"
+AUTH_DIR = "/k8sjobs/registry-auth"
+HANDOFF_CONFIG = f"{ENTRYPOINT_DIR}/handoff.json"
+HANDOFF_UID = 65532
+
+# Runs the user's interpreter as a child and records its exit code for the push container.
+# The user's argv arrives as "$@": nothing of the user's is ever spliced into this text.
+RUN_WRAPPER = """\
+#!/bin/sh
+# k8sjobs: run the step, then leave its exit code for the output-push container.
+"$@" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+while :; do
+  wait "$child"
+  rc=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+printf '%s\\n' "$rc" > "$K8SJOBS_STATUS_DIR/exitcode.tmp"
+mv "$K8SJOBS_STATUS_DIR/exitcode.tmp" "$K8SJOBS_STATUS_DIR/exitcode"
+exit "$rc"
+"""
+
+
+def _restricted() -> dict[str, Any]:
+    """Return a container securityContext that the Pod Security "restricted" level admits."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a step is rendered for: its study and namespace, and the artifact store.
+
+    ``store`` is an artifact store location: a registry (``host[:port][/prefix]``) or an
+    OCI layout directory (``oci:/path``). ``registry_secret`` names a Secret of type
+    ``kubernetes.io/dockerconfigjson`` mounted only into the handoff containers.
+    """
+
+    study: str = "default"
+    namespace: str = "default"
+    store: str | None = None
+    plain_http: bool = False
+    registry_secret: str | None = None
+    handoff_image: str = HANDOFF_IMAGE
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """The objects that run one step, and the names that tie them together."""
+
+    name: str
+    namespace: str
+    spec_hash: str
+    configmap: dict[str, Any]
+    job: dict[str, Any]
+    secret: dict[str, Any] | None = None
+    service: dict[str, Any] | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Return every object in the order they are created (the Job last)."""
+        extra = [obj for obj in (self.secret, self.service) if obj is not None]
+        return [self.configmap, *extra, self.job]
+
+    def to_yaml(self) -> str:
+        """Return the objects as one multi-document YAML stream, ready for kubectl apply."""
+        return yaml.dump_all(self.objects(), Dumper=_PlainDumper, sort_keys=False)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """A YAML dumper that writes shared objects out in full instead of as &anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def output_reference(study: str, step: str, output: str) -> str:
+    """Return the store reference (``repository:tag``) under which a step's output is kept."""
+    return f"k8sjobs/{label_value(study)}/{label_value(step)}:{output}"
+
+
+def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] = {}) -> Manifests:
+    """Return the manifests that run ``step`` for ``target``.
+
+    ``inputs`` pins some inputs to exact references (for example a producer's output by
+    digest once it is known); other ``StepOutput`` inputs resolve to the producer's tag.
+    """
+    namespace = step.namespace or target.namespace
+    name = job_name(target.study, step.name)
+    refs = _input_references(step, target, inputs)
+    outputs = {key: output_reference(target.study, step.name, key) for key in step.outputs}
+    if (refs or outputs) and target.store is None:
+        raise ValueError(
+            f'Step "{step.name}" reads or writes artifacts, so it needs an artifact store: '
+            "give a registry (host:port/prefix) or an OCI layout directory (oci:/path)"
+        )
+    labels = {
+        **step.labels,
+        LABEL_MANAGED: "k8sjobs",
+        LABEL_STUDY: label_value(target.study),
+        LABEL_STEP: label_value(step.name),
+    }
+    annotations = {
+        **step.annotations,
+        ANNOTATION_STUDY: target.study,
+        ANNOTATION_STEP: step.name,
+    }
+    if outputs:
+        annotations[ANNOTATION_OUTPUTS] = json.dumps(outputs, sort_keys=True)
+    meta = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
+    configmap = _configmap(step, target, meta, refs, outputs)
+    secret = _secret(step, meta)
+    service = _service(meta) if step.resources.nodes > 1 else None
+    job = _job(step, target, meta, bool(refs), bool(outputs))
+    spec_hash = _spec_hash(configmap, job, secret, service)
+    for obj in (configmap, job, secret, service):
+        if obj is not None:
+            obj["metadata"]["labels"][LABEL_HASH] = spec_hash
+    return Manifests(name, namespace, spec_hash, configmap, job, secret, service, outputs)
+
+
+def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    # Each object gets its own copy: they are patched apart later (ownerReferences).
+    return json.loads(json.dumps(meta))  # type: ignore[no-any-return]
+
+
+def _input_references(step: Step, target: Target, pinned: Mapping[str, str]) -> dict[str, str]:
+    refs = {}
+    for key, source in step.inputs.items():
+        if key in pinned:
+            refs[key] = pinned[key]
+        elif isinstance(source, StepOutput):
+            refs[key] = output_reference(target.study, source.step, source.output)
+        else:
+            refs[key] = source
+    return refs
+
+
+def _configmap(
+    step: Step,
+    target: Target,
+    meta: Mapping[str, Any],
+    inputs: Mapping[str, str],
+    outputs: Mapping[str, str],
+) -> dict[str, Any]:
+    data = {"entrypoint": expand_launcher(step, str(meta["name"]))}
+    if outputs:
+        data["run"] = RUN_WRAPPER
+    if inputs or outputs:
+        handoff = {
+            "store": target.store,
+            "plain_http": target.plain_http,
+            "inputs": dict(inputs),
+            "outputs": {
+                key: {"path": step.outputs[key], "reference": ref} for key, ref in outputs.items()
+            },
+            "annotations": {ANNOTATION_STUDY: target.study, ANNOTATION_STEP: step.name},
+        }
+        data["handoff.json"] = json.dumps(handoff, sort_keys=True)
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
+    if size > CONFIGMAP_LIMIT:
+        raise ValueError(
+            f'Step "{step.name}": the expanded script and handoff configuration take {size} '
+            f"bytes, over the {CONFIGMAP_LIMIT}-byte ConfigMap limit; shorten the script"
+        )
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(meta), "data": data}
+
+
+def _secret(step: Step, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    values = {k: v.get_secret_value() for k, v in step.env.items() if isinstance(v, SecretStr)}
+    if not values:
+        return None
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(meta),
+        "type": "Opaque",
+        "data": data,
+    }
+
+
+def _service(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(meta),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"batch.kubernetes.io/job-name": meta["name"]},
+            # MPI ranks look each other up before any pod is Ready.
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def expand_launcher(step: Step, name: str) -> str:
+    """Return the script with every ``$(LAUNCHER)[...]`` replaced by the launcher command."""
+    res = step.resources
+    script, pieces, last = step.script, [], 0
+    for call in find_launcher_calls(script):
+        nodes = call.nodes or (
+            math.ceil(call.procs / res.tasks_per_node) if call.procs else res.nodes
+        )
+        nodes = min(nodes, res.nodes)
+        procs = call.procs or nodes * res.tasks_per_node
+        per_node = math.ceil(procs / nodes)
+        if res.nodes > 1:
+            hosts = ",".join(f"{name}-{i}.{name}:{per_node}" for i in range(nodes))
+        else:
+            hosts = f"localhost:{per_node}"
+        command = step.launcher.format(
+            procs=procs,
+            nodes=nodes,
+            procs_per_node=per_node,
+            cores_per_task=res.cores_per_task,
+            hosts=hosts,
+        )
+        pieces += [script[last : call.start], command]
+        last = call.end
+    return "".join([*pieces, script[last:]])
+
+
+def _env(step: Step, target: Target, outputs: bool) -> list[dict[str, Any]]:
+    res = step.resources
+    env: list[dict[str, Any]] = [
+        {"name": "K8SJOBS_STUDY", "value": target.study},
+        {"name": "K8SJOBS_STEP", "value": step.name},
+        {"name": "K8SJOBS_WORKDIR", "value": step.workdir},
+        {"name": "K8SJOBS_INPUTS", "value": posixpath.join(step.workdir, "inputs")},
+        {"name": "K8SJOBS_ENTRYPOINT", "value": f"{ENTRYPOINT_DIR}/entrypoint"},
+        {"name": "K8SJOBS_NODES", "value": str(res.nodes)},
+        {"name": "K8SJOBS_TASKS", "value": str(res.tasks)},
+        {"name": "K8SJOBS_TASKS_PER_NODE", "value": str(res.tasks_per_node)},
+        {"name": "K8SJOBS_CORES_PER_TASK", "value": str(res.cores_per_task)},
+        {"name": "K8SJOBS_GPUS", "value": str(res.gpus)},
+    ]
+    if outputs:
+        env.append({"name": "K8SJOBS_STATUS_DIR", "value": STATUS_DIR})
+    return env
+
+
+def _user_env(step: Step, name: str) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    if "OMP_NUM_THREADS" not in step.env:
+        env.append({"name": "OMP_NUM_THREADS", "value": str(step.resources.cores_per_task)})
+    for key, value in step.env.items():
+        if isinstance(value, SecretStr):
+            ref = {"name": name, "key": key}
+            env.append({"name": key, "valueFrom": {"secretKeyRef": ref}})
+        elif isinstance(value, SecretKeyRef):
+            ref = {"name": value.secret, "key": value.key}
+            env.append({"name": key, "valueFrom": {"secretKeyRef": ref}})
+        else:
+            env.append({"name": key, "value": value})
+    return env
+
+
+def _resources(step: Step) -> dict[str, Any]:
+    res = step.resources
+    amounts: dict[str, str] = {"cpu": str(res.cpu_per_node)}
+    if res.memory is not None:
+        amounts["memory"] = str(res.memory)
+    if res.gpus:
+        amounts[res.gpu_resource] = str(res.gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _main_container(step: Step, target: Target, name: str, outputs: bool) -> dict[str, Any]:
+    entrypoint = f"{ENTRYPOINT_DIR}/entrypoint"
+    argv = [*step.argv, entrypoint]
+    command = ["/bin/sh", f"{ENTRYPOINT_DIR}/run", *argv] if outputs else argv
+    mounts = [
+        {"name": "entrypoint", "mountPath": ENTRYPOINT_DIR, "readOnly": True},
+        {"name": "work", "mountPath": step.workdir},
+    ]
+    if outputs:
+        mounts.append({"name": "status", "mountPath": STATUS_DIR})
+    container: dict[str, Any] = {
+        "name": MAIN_CONTAINER,
+        "image": step.image,
+        "command": command,
+        "workingDir": step.workdir,
+        "env": _env(step, target, outputs) + _user_env(step, name),
+        "resources": _resources(step),
+        "volumeMounts": mounts,
+    }
+    if step.security == "restricted":
+        container["securityContext"] = _restricted()
+        mounts.append({"name": "tmp", "mountPath": "/tmp"})
+    return container
+
+
+def _handoff_container(
+    step: Step, target: Target, name: str, verb: str, outputs: bool
+) -> dict[str, Any]:
+    mounts = [
+        {"name": "entrypoint", "mountPath": ENTRYPOINT_DIR, "readOnly": True},
+        {"name": "work", "mountPath": step.workdir},
+    ]
+    env = _env(step, target, outputs)
+    if outputs:
+        mounts.append({"name": "status", "mountPath": STATUS_DIR})
+    if target.registry_secret:
+        mounts.append({"name": "registry-auth", "mountPath": AUTH_DIR, "readOnly": True})
+        env.append({"name": "DOCKER_CONFIG", "value": AUTH_DIR})
+    amounts = {"cpu": "100m", "memory": "128Mi"}
+    return {
+        "name": PULL_CONTAINER if verb == "pull" else PUSH_CONTAINER,
+        "image": target.handoff_image,
+        "command": ["python", "-m", "k8sjobs.handoff", verb, "--config", HANDOFF_CONFIG],
+        "workingDir": step.workdir,
+        "env": env,
+        "resources": {"requests": amounts, "limits": {"memory": "256Mi"}},
+        "volumeMounts": mounts,
+        "securityContext": {**_restricted(), "runAsUser": HANDOFF_UID, "runAsGroup": HANDOFF_UID},
+    }
+
+
+def _volumes(step: Step, target: Target, name: str, outputs: bool) -> list[dict[str, Any]]:
+    items = [{"key": "entrypoint", "path": "entrypoint", "mode": 0o555}]
+    if outputs:
+        items.append({"key": "run", "path": "run", "mode": 0o555})
+    if step.inputs or step.outputs:
+        items.append({"key": "handoff.json", "path": "handoff.json", "mode": 0o444})
+    volumes: list[dict[str, Any]] = [
+        {"name": "entrypoint", "configMap": {"name": name, "defaultMode": 0o555, "items": items}},
+        {"name": "work", "emptyDir": {}},
+    ]
+    if outputs:
+        volumes.append({"name": "status", "emptyDir": {}})
+    if step.security == "restricted":
+        volumes.append({"name": "tmp", "emptyDir": {}})
+    if target.registry_secret and (step.inputs or step.outputs):
+        auth = {
+            "secretName": target.registry_secret,
+            "defaultMode": 0o444,
+            "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+        }
+        volumes.append({"name": "registry-auth", "secret": auth})
+    return volumes
+
+
+def _pod_spec(step: Step, target: Target, name: str, inputs: bool, outputs: bool) -> dict[str, Any]:
+    containers = [_main_container(step, target, name, outputs)]
+    if outputs:
+        containers.append(_handoff_container(step, target, name, "push", outputs))
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": step.service_account is not None,
+    }
+    if inputs:
+        spec["initContainers"] = [_handoff_container(step, target, name, "pull", outputs)]
+    spec["containers"] = containers
+    spec["volumes"] = _volumes(step, target, name, outputs)
+    if step.resources.nodes > 1:
+        spec["subdomain"] = name
+    if step.service_account:
+        spec["serviceAccountName"] = step.service_account
+    if step.node_selector:
+        spec["nodeSelector"] = dict(step.node_selector)
+    if step.tolerations:
+        spec["tolerations"] = [_toleration(t.model_dump()) for t in step.tolerations]
+    if step.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in step.image_pull_secrets]
+    if step.security == "restricted":
+        spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": HANDOFF_UID,
+            "runAsGroup": HANDOFF_UID,
+            "fsGroup": HANDOFF_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    return spec
+
+
+def _toleration(fields: Mapping[str, Any]) -> dict[str, Any]:
+    names = {"toleration_seconds": "tolerationSeconds"}
+    return {names.get(k, k): v for k, v in fields.items() if v is not None}
+
+
+def _job(
+    step: Step,
+    target: Target,
+    meta: Mapping[str, Any],
+    inputs: bool,
+    outputs: bool,
+) -> dict[str, Any]:
+    name = str(meta["name"])
+    nodes = step.resources.nodes
+    template_meta = {"labels": dict(meta["labels"]), "annotations": dict(meta["annotations"])}
+    spec: dict[str, Any] = {
+        "backoffLimit": step.retries,
+        "completions": nodes,
+        "parallelism": nodes,
+        "template": {
+            "metadata": template_meta,
+            "spec": _pod_spec(step, target, name, inputs, outputs),
+        },
+    }
+    if nodes > 1:
+        spec["completionMode"] = "Indexed"
+    if step.walltime is not None:
+        spec["activeDeadlineSeconds"] = math.ceil(step.walltime.total_seconds())
+    if step.ttl_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = math.ceil(step.ttl_after_finished.total_seconds())
+    job_meta = _meta(meta)
+    if step.queue:
+        job_meta["labels"]["kueue.x-k8s.io/queue-name"] = step.queue
+        spec["suspend"] = True
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": spec}
+
+
+def _spec_hash(*objects: Mapping[str, Any] | None) -> str:
+    # Secret values stay out of the hash (a short hash of a weak secret is a leak); a Secret
+    # takes part through its keys only.
+    shown = []
+    for obj in objects:
+        if obj is None:
+            continue
+        body = dict(obj)
+        if body.get("kind") == "Secret":
+            body = {**body, "data": sorted(body.get("data", {}))}
+        shown.append(body)
+    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]

@@ -1,0 +1,395 @@
+"""Session and submit_step: the front door of k8sjobs.
+
+A Session names a study, holds its backends (Kubernetes, local, or both) and turns Steps
+into running work: it renders each step, waits for the steps whose outputs it reads, pins
+those outputs by digest, and hands the manifests to a backend. Waiting costs nothing: each
+backend keeps every handle current from one shared watch.
+
+    async with Session(study="mummi", namespace="hpc") as s:
+        sim = await s.submit(Step(name="sim", script="...", outputs={"traj": "traj.h5"}))
+        ana = await s.submit(Step(name="ana", script="...", inputs={"t": sim.output("traj")}))
+        for result in await s.gather(sim, ana):
+            print(result.describe())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from .backend import Backend
+from .errors import SessionClosed, StudyError
+from .handle import StepHandle
+from .render import HANDOFF_IMAGE, Manifests, Target, render
+from .spec import Step, StepOutput
+from .state import StepResult, StepState
+
+__all__ = ["Session", "default_session", "submit_step"]
+
+BackendName = Literal["kubernetes", "local"]
+
+
+class Session:
+    """A study's connection to where its steps run.
+
+    ``backend`` is "kubernetes" (the default; ``kubeconfig``/``context`` choose the
+    cluster, in-cluster config is used inside a pod), "local" (processes on this machine),
+    or a Backend instance. ``store`` is the artifact store: a registry
+    (``host:port/prefix``) or an OCI layout directory (``oci:/path``); the local backend
+    defaults to ``oci:.k8sjobs/artifacts``. On leaving the ``async with`` block through an
+    exception (Ctrl-C included) the steps it started and that are still running are
+    cancelled; on a normal exit they keep running, and ``attach`` finds them again.
+    """
+
+    def __init__(
+        self,
+        *,
+        study: str = "default",
+        namespace: str | None = None,
+        backend: BackendName | Backend = "kubernetes",
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        store: str | None = None,
+        plain_http: bool = False,
+        registry_secret: str | None = None,
+        handoff_image: str = HANDOFF_IMAGE,
+        log_dir: str | os.PathLike[str] = ".k8sjobs/logs",
+        keep_failed: bool = False,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.study = study
+        self.store = store
+        self.plain_http = plain_http
+        self.registry_secret = registry_secret
+        self.handoff_image = handoff_image
+        self.log_dir = Path(log_dir)
+        self._namespace = namespace
+        self._kube_args: dict[str, Any] = {
+            "kubeconfig": kubeconfig,
+            "context": context,
+            "keep_failed": keep_failed,
+            **(options or {}),
+        }
+        self._default_kind = backend if isinstance(backend, str) else backend.kind
+        self._backends: dict[str, Backend] = {}
+        if not isinstance(backend, str):
+            self._backends[backend.kind] = backend
+        self._handles: dict[str, StepHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: set[str] = set()
+        self._started = False
+        self._closed = False
+
+    @property
+    def namespace(self) -> str:
+        """Return the namespace steps go to unless a step names its own."""
+        return self._namespace or "default"
+
+    @property
+    def handles(self) -> dict[str, StepHandle]:
+        """Return the handles of this session's steps, by step name."""
+        return dict(self._handles)
+
+    async def __aenter__(self) -> Session:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            await asyncio.shield(self.cancel_all())
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start the default backend (done by ``async with``)."""
+        if self._closed:
+            raise SessionClosed("Cannot start a session that has been closed.")
+        self._started = True
+        await self._backend(self._default_kind)
+
+    async def aclose(self) -> None:
+        """Stop deferred submissions and close every backend; running steps keep running."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for kind in self._running:
+            await self._backends[kind].aclose()
+
+    async def submit(
+        self,
+        step: Step,
+        *,
+        after: Iterable[StepHandle] = (),
+        replace: bool = False,
+        backend: BackendName | None = None,
+    ) -> StepHandle:
+        """Start ``step`` and return its handle at once.
+
+        A step whose inputs are outputs of steps in this session (``other.output("x")``),
+        or that names handles in ``after``, is sent only once those have succeeded, with
+        their outputs pinned by digest; if one fails it ends FAILED ("DependencyFailed")
+        without running. Errors from the backend (API refusals) are raised here.
+        """
+        chosen = await self._backend(backend or self._default_kind)
+        handle, upstream = self._register(step, chosen, after)
+        if upstream:
+            self._defer(handle, upstream, replace)
+        else:
+            try:
+                await chosen.submit(handle, self._render(handle), replace=replace)
+            except BaseException:
+                del self._handles[step.name]
+                raise
+        return handle
+
+    async def submit_many(
+        self, steps: Sequence[Step], *, replace: bool = False, limit: int = 64
+    ) -> list[StepHandle]:
+        """Submit ``steps`` with at most ``limit`` creations in flight; return their handles.
+
+        Unlike ``submit``, one refused step does not stop the others: its handle ends
+        FAILED with reason "SubmitFailed" and the error in its message.
+        """
+        chosen = await self._backend(self._default_kind)
+        registered = [self._register(step, chosen, ()) for step in _producers_first(steps)]
+        gate = asyncio.Semaphore(limit)
+
+        async def send(handle: StepHandle, upstream: list[StepHandle]) -> None:
+            if upstream:
+                self._defer(handle, upstream, replace)
+                return
+            async with gate:
+                await self._send(handle, self._render(handle), replace)
+
+        await asyncio.gather(*(send(h, up) for h, up in registered))
+        return [self._handles[step.name] for step in steps]
+
+    async def as_completed(self, handles: Iterable[StepHandle]) -> AsyncIterator[StepHandle]:
+        """Yield each handle as its step ends, first finished first."""
+        queue: asyncio.Queue[StepHandle] = asyncio.Queue()
+        pending = list(handles)
+
+        def on_change(handle: StepHandle) -> None:
+            if handle.done:
+                queue.put_nowait(handle)
+
+        for handle in pending:
+            handle.add_listener(on_change)
+        seen: set[int] = set()
+        while len(seen) < len(pending):
+            handle = await queue.get()
+            if id(handle) not in seen:
+                seen.add(id(handle))
+                yield handle
+
+    async def gather(
+        self, *handles: StepHandle, check: bool = False, timeout: float | None = None
+    ) -> list[StepResult]:
+        """Return the results of ``handles`` (all of the session's when none are given)."""
+        chosen = handles or tuple(self._handles.values())
+        async with asyncio.timeout(timeout):
+            results = [await h.wait() for h in chosen]
+        if check:
+            for result in results:
+                if not result.ok:
+                    from .errors import StepFailed
+
+                    raise StepFailed(result.describe(), result)
+        return results
+
+    async def attach(
+        self, study: str | None = None, *, backend: BackendName | None = None
+    ) -> list[StepHandle]:
+        """Return handles for the existing steps of ``study`` (this session's by default).
+
+        For a driver that restarted: the steps are found by label, and their handles are
+        kept current like freshly submitted ones.
+        """
+        self._check_open()
+        chosen = await self._backend(backend or self._default_kind)
+        found = await chosen.attach(study or self.study, self.namespace)
+        for handle in found:
+            self._handles.setdefault(handle.name, handle)
+        return found
+
+    async def cancel_all(self) -> list[StepHandle]:
+        """Cancel every step of this session that has not ended; return those cancelled."""
+        live = [h for h in self._handles.values() if not h.done]
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*(h.cancel() for h in live), return_exceptions=True)
+        return live
+
+    async def _backend(self, kind: str) -> Backend:
+        if kind not in self._backends:
+            self._backends[kind] = self._make_backend(kind)
+        backend = self._backends[kind]
+        if self._started and kind not in self._running:
+            self._running.add(kind)
+            await backend.start()
+        return backend
+
+    def _make_backend(self, kind: str) -> Backend:
+        if kind == "kubernetes":
+            from .kube import KubernetesBackend
+
+            return KubernetesBackend(
+                namespace=self._namespace, log_dir=self.log_dir, **self._kube_args
+            )
+        if kind == "local":
+            from .local import LocalBackend
+
+            return LocalBackend(log_dir=self.log_dir)
+        raise ValueError(f'backend "{kind}" is unknown; use "kubernetes" or "local"')
+
+    def _target(self, backend: Backend, step: Step) -> Target:
+        store = self.store or getattr(backend, "default_store", None)
+        namespace = self._namespace or getattr(backend, "namespace", None) or "default"
+        return Target(
+            study=self.study,
+            namespace=namespace,
+            store=store,
+            plain_http=self.plain_http,
+            registry_secret=self.registry_secret,
+            handoff_image=self.handoff_image,
+        )
+
+    def _upstream(self, step: Step, after: Iterable[StepHandle]) -> list[StepHandle]:
+        upstream = list(after)
+        for source in step.inputs.values():
+            if isinstance(source, StepOutput) and source.step in self._handles:
+                producer = self._handles[source.step]
+                if producer not in upstream:
+                    upstream.append(producer)
+        return upstream
+
+    def _register(
+        self, step: Step, backend: Backend, after: Iterable[StepHandle]
+    ) -> tuple[StepHandle, list[StepHandle]]:
+        self._check_open()
+        if step.name in self._handles:
+            raise StudyError(f'Step "{step.name}" was already submitted in study "{self.study}"')
+        target = self._target(backend, step)
+        handle = StepHandle(
+            name=step.name,
+            study=self.study,
+            object_name=render(step, target).name,
+            namespace=step.namespace or target.namespace,
+            backend=backend,
+            step=step,
+        )
+        self._handles[step.name] = handle
+        return handle, self._upstream(step, after)
+
+    def _render(self, handle: StepHandle) -> Manifests:
+        """Render ``handle``'s step, pinning inputs to producers' outputs by digest."""
+        step = handle.step
+        assert step is not None
+        pinned = {}
+        for key, source in step.inputs.items():
+            if not isinstance(source, StepOutput) or source.step not in self._handles:
+                continue
+            outputs = self._handles[source.step].result.outputs
+            if source.output in outputs:
+                pinned[key] = outputs[source.output]
+        return render(step, self._target(handle.backend, step), inputs=pinned)
+
+    def _defer(self, handle: StepHandle, upstream: list[StepHandle], replace: bool) -> None:
+        task = asyncio.create_task(self._submit_after(handle, upstream, replace))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _submit_after(
+        self, handle: StepHandle, upstream: list[StepHandle], replace: bool
+    ) -> None:
+        failed = [r for r in [await h.wait() for h in upstream] if not r.ok]
+        if failed:
+            names = "; ".join(r.describe() for r in failed)
+            handle._update(
+                handle.result.evolve(
+                    state=StepState.FAILED,
+                    reason="DependencyFailed",
+                    message=f"not run: upstream {names}",
+                )
+            )
+            return
+        await self._send(handle, self._render(handle), replace)
+
+    async def _send(self, handle: StepHandle, manifests: Manifests, replace: bool) -> None:
+        """Submit, reporting a refusal on the handle (nobody awaits a deferred submission)."""
+        try:
+            await handle.backend.submit(handle, manifests, replace=replace)
+        except Exception as exc:
+            handle._update(
+                handle.result.evolve(
+                    state=StepState.FAILED, reason="SubmitFailed", message=str(exc)
+                )
+            )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("Cannot submit to a session that has been closed.")
+        if not self._started:
+            raise SessionClosed("Start the session first: use `async with Session(...) as s`.")
+
+
+def _producers_first(steps: Sequence[Step]) -> list[Step]:
+    """Return ``steps`` ordered so that every producer comes before the steps reading it."""
+    by_name = {s.name: s for s in steps}
+    ordered: list[Step] = []
+    state: dict[str, bool] = {}  # False while visiting, True once placed
+
+    def visit(step: Step) -> None:
+        if state.get(step.name) is False:
+            raise StudyError(f'Step "{step.name}" depends on itself through its inputs')
+        if state.get(step.name):
+            return
+        state[step.name] = False
+        for source in step.inputs.values():
+            if isinstance(source, StepOutput) and source.step in by_name:
+                visit(by_name[source.step])
+        state[step.name] = True
+        ordered.append(step)
+
+    for step in steps:
+        visit(step)
+    return ordered
+
+
+_default: Session | None = None
+
+
+async def default_session() -> Session:
+    """Return the process-wide session used by ``submit_step``, starting it on first use.
+
+    Its backend comes from ``K8SJOBS_BACKEND`` ("kubernetes" unless set to "local"), its
+    study from ``K8SJOBS_STUDY`` and its namespace from ``K8SJOBS_NAMESPACE``.
+    """
+    global _default
+    if _default is None or _default._closed:
+        kind = os.environ.get("K8SJOBS_BACKEND", "kubernetes")
+        if kind not in ("kubernetes", "local"):
+            raise ValueError(f'K8SJOBS_BACKEND="{kind}" is unknown; use "kubernetes" or "local"')
+        _default = Session(
+            study=os.environ.get("K8SJOBS_STUDY", "default"),
+            namespace=os.environ.get("K8SJOBS_NAMESPACE"),
+            backend=kind,  # type: ignore[arg-type]
+            store=os.environ.get("K8SJOBS_STORE"),
+        )
+        await _default.start()
+    return _default
+
+
+async def submit_step(step: Step, *, session: Session | None = None, **options: Any) -> StepHandle:
+    """Submit ``step`` on ``session`` (the default session if none) and return its handle."""
+    chosen = session or await default_session()
+    return await chosen.submit(step, **options)

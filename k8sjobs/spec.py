@@ -1,0 +1,502 @@
+"""What a step is: the validated models every backend runs (pure, no I/O).
+
+A ``Step`` holds everything needed to run one workflow step: its script and shell, its
+image, its ``Resources`` in the terms Flux and Maestro use (nodes, tasks, cores per task,
+GPUs) plus memory, and the artifacts it reads and writes. Bad input is refused here, with
+the field and the fix in the message, before anything reaches a cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import string
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_LAUNCHER",
+    "KNOWN_SHELLS",
+    "SCRIPT_LIMIT",
+    "LauncherCall",
+    "Resources",
+    "SecretKeyRef",
+    "Step",
+    "StepOutput",
+    "Toleration",
+    "find_launcher_calls",
+    "parse_duration",
+    "parse_quantity",
+]
+
+DEFAULT_IMAGE = "python:3.12-slim"
+DEFAULT_LAUNCHER = "mpirun -np {procs} --host {hosts}"
+LAUNCHER_FIELDS = ("procs", "nodes", "procs_per_node", "cores_per_task", "hosts")
+KNOWN_SHELLS: dict[str, tuple[str, ...]] = {
+    "bash": ("/bin/bash",),
+    "sh": ("/bin/sh",),
+    "dash": ("/bin/dash",),
+    "zsh": ("/bin/zsh",),
+    "ksh": ("/bin/ksh",),
+    "python": ("python3",),
+    "python3": ("python3",),
+    "perl": ("perl",),
+    "Rscript": ("Rscript",),
+    "julia": ("julia",),
+}
+# The API server refuses a ConfigMap whose data passes 1 MiB (keys and values counted);
+# the rest of the room is kept for the handoff configuration that shares the ConfigMap.
+CONFIGMAP_LIMIT = 1024 * 1024
+SCRIPT_LIMIT = CONFIGMAP_LIMIT - 16 * 1024
+
+_QUANTITY = re.compile(
+    r"^(?P<num>[+]?(\d+\.?\d*|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|[eE][+-]?\d+)?$"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ARTIFACT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,127}$")
+_LAUNCHER = re.compile(r"\$\(LAUNCHER\)(?:\[(?P<args>[^\]]*)\])?")
+_LAUNCHER_ARG = re.compile(r"^\s*(\d+)\s*([np])\s*$")
+_RESERVED_PREFIXES = ("k8sjobs.io/",)
+
+
+def parse_quantity(value: str | int) -> int:
+    """Return the number of bytes a Kubernetes quantity ("4Gi", "500M", 1024) stands for."""
+    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+        raise ValueError(f"{value!r} is not a quantity of bytes")
+    if isinstance(value, int):
+        return value
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        raise ValueError(
+            f'"{value}" is not a Kubernetes quantity; write "12Gi" or a number of bytes'
+        )
+    try:
+        number = Decimal(match["num"])
+    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+        raise ValueError(f'"{value}" is not a number') from None
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        number *= _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        number *= _DECIMAL[suffix]
+    elif suffix:
+        number *= Decimal(10) ** int(suffix[1:])
+    return math.ceil(number)
+
+
+def parse_duration(value: Any) -> timedelta | None:
+    """Return a timedelta from seconds, "HH:MM:SS" (Maestro's walltime), "1h30m" or a timedelta."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    text = str(value).strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return timedelta(seconds=float(text))
+    if re.fullmatch(r"(\d+:){1,2}\d+(\.\d+)?", text):
+        seconds = 0.0
+        for part in text.split(":"):
+            seconds = seconds * 60 + float(part)
+        return timedelta(seconds=seconds)
+    parts = _DURATION_PART.findall(text)
+    if parts and "".join(n + u for n, u in parts) == text.replace(" ", ""):
+        unit = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+        return timedelta(seconds=sum(float(n) * unit[u] for n, u in parts))
+    raise ValueError(
+        f'"{value}" is not a duration; write seconds (3600), "HH:MM:SS" (01:00:00) or "1h30m"'
+    )
+
+
+def _check_label_key(key: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise ValueError(f'key "{key}": prefix "{prefix}" is not a DNS subdomain')
+    if len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f'key "{key}": name part must be 1-63 characters of [A-Za-z0-9-_.], '
+            "starting and ending with a letter or digit"
+        )
+    if key.startswith(_RESERVED_PREFIXES):
+        raise ValueError(f'key "{key}": the k8sjobs.io/ prefix is reserved for k8sjobs')
+
+
+def _check_dns_label(value: str | None, what: str) -> str | None:
+    if value is not None and (len(value) > 63 or not _DNS_LABEL.match(value)):
+        raise ValueError(
+            f'"{value}" is not a valid {what}; use at most 63 lowercase letters, '
+            "digits and '-', starting and ending with a letter or digit"
+        )
+    return value
+
+
+Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Resources(_Model):
+    """What one step asks of the cluster, in Flux/Maestro terms plus memory.
+
+    ``tasks`` (Maestro's ``procs``) is the total number of processes across ``nodes``;
+    every node (pod) gets ``ceil(tasks / nodes) * cores_per_task`` cores, ``gpus`` GPUs
+    and ``memory``. Requests equal limits, so the pods get the Guaranteed QoS class that
+    HPC codes expect.
+    """
+
+    nodes: PositiveInt = 1
+    tasks: PositiveInt = Field(1, validation_alias=AliasChoices("tasks", "procs"))
+    cores_per_task: PositiveInt = Field(
+        1, validation_alias=AliasChoices("cores_per_task", "cores per task")
+    )
+    gpus: int = Field(0, ge=0, description="GPUs per node (pod).")
+    gpu_resource: str = "nvidia.com/gpu"
+    memory: str | int | None = Field(None, description="Per node: a quantity or bytes.")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_is_quantity(cls, value: str | int | None) -> str | int | None:
+        if value is not None and parse_quantity(value) <= 0:
+            raise ValueError(f'"{value}" must be more than zero bytes')
+        return value
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _gpu_resource_is_name(cls, value: str) -> str:
+        _check_label_key(value)
+        return value
+
+    @model_validator(mode="after")
+    def _tasks_cover_nodes(self) -> Resources:
+        if self.tasks < self.nodes:
+            raise ValueError(
+                f"tasks ({self.tasks}) is smaller than nodes ({self.nodes}): some nodes "
+                "would run nothing; raise tasks or lower nodes"
+            )
+        return self
+
+    @property
+    def tasks_per_node(self) -> int:
+        """Return how many processes each node (pod) runs."""
+        return math.ceil(self.tasks / self.nodes)
+
+    @property
+    def cpu_per_node(self) -> int:
+        """Return the cores each node (pod) requests."""
+        return self.tasks_per_node * self.cores_per_task
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """Return the per-node memory in bytes, or None when not set."""
+        return None if self.memory is None else parse_quantity(self.memory)
+
+
+class SecretKeyRef(_Model):
+    """An environment value read from an existing Secret in the step's namespace."""
+
+    secret: str
+    key: str
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_is_name(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value) or len(value) > 253:
+            raise ValueError(f'"{value}" is not a valid Secret name')
+        return value
+
+
+class Toleration(_Model):
+    """A pod toleration, as Kubernetes spells it but in snake case."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class StepOutput(_Model):
+    """A named output of a step, used as another step's input before it exists."""
+
+    step: str
+    output: str
+
+
+class LauncherCall(_Model):
+    """One ``$(LAUNCHER)`` or ``$(LAUNCHER)[2n, 8p]`` found in a script."""
+
+    start: int
+    end: int
+    nodes: int | None = None
+    procs: int | None = None
+
+
+def find_launcher_calls(script: str) -> list[LauncherCall]:
+    """Return every ``$(LAUNCHER)`` use in ``script``, with its bracketed counts if any."""
+    calls = []
+    for match in _LAUNCHER.finditer(script):
+        counts: dict[str, int] = {}
+        for arg in filter(str.strip, (match["args"] or "").split(",")):
+            parsed = _LAUNCHER_ARG.match(arg)
+            if not parsed or int(parsed[1]) <= 0:
+                raise ValueError(
+                    f'script: "{match[0]}" is not understood; write $(LAUNCHER), '
+                    "$(LAUNCHER)[4p] or $(LAUNCHER)[2n, 8p] with positive counts"
+                )
+            counts["nodes" if parsed[2] == "n" else "procs"] = int(parsed[1])
+        calls.append(LauncherCall(start=match.start(), end=match.end(), **counts))
+    return calls
+
+
+def _check_relative_path(path: str, what: str) -> str:
+    normal = posixpath.normpath(path)
+    if not path or path.startswith("/") or normal == ".." or normal.startswith("../"):
+        raise ValueError(
+            f'{what} "{path}" must be a path inside the work directory (relative, no "..")'
+        )
+    return normal
+
+
+EnvValue = str | SecretStr | SecretKeyRef
+
+
+class Step(_Model):
+    """One workflow step: a script, how and where to run it, and what it reads and writes.
+
+    ``env`` values may be plain text, ``pydantic.SecretStr`` (rendered into a Secret, never
+    into the ConfigMap or the Job) or a ``SecretKeyRef`` to an existing Secret. ``inputs``
+    map a name to an artifact reference or another step's ``output(...)``; input ``x``
+    appears as ``$K8SJOBS_INPUTS/x``. ``outputs`` map a name to a path relative to the
+    work directory, pushed as an artifact when the script succeeds.
+    """
+
+    name: str = Field(min_length=1, max_length=253)
+    script: str = Field(min_length=1)
+    shell: str = "/bin/bash"
+    image: str = DEFAULT_IMAGE
+    resources: Resources = Resources()
+    env: dict[str, EnvValue] = {}
+    workdir: str = "/work"
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    namespace: str | None = None
+    retries: int = Field(0, ge=0, description="Pod retries: the Job's backoffLimit.")
+    walltime: Duration = None
+    ttl_after_finished: Duration = None
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+    service_account: str | None = None
+    image_pull_secrets: list[str] = []
+    queue: str | None = Field(None, description="Kueue LocalQueue name.")
+    inputs: dict[str, str | StepOutput] = {}
+    outputs: dict[str, str] = {}
+    launcher: str = DEFAULT_LAUNCHER
+    security: Literal["default", "restricted"] = "default"
+
+    @classmethod
+    def from_script_file(cls, path: str | Path, **fields: Any) -> Step:
+        """Return a Step whose script is read from ``path`` (the name defaults to its stem)."""
+        path = Path(path)
+        fields.setdefault("name", path.stem)
+        return cls(script=path.read_text(), **fields)
+
+    def output(self, name: str) -> StepOutput:
+        """Return a reference to this step's output ``name``, to use as another step's input."""
+        if name not in self.outputs:
+            known = ", ".join(sorted(self.outputs)) or "none"
+            raise KeyError(f'Step "{self.name}" has no output "{name}" (its outputs: {known})')
+        return StepOutput(step=self.name, output=name)
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """Return the interpreter command line that runs the script (without the script)."""
+        parts = tuple(self.shell.split())
+        return KNOWN_SHELLS.get(parts[0], parts[:1]) + parts[1:]
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_printable(cls, value: str) -> str:
+        if not value.strip() or any(ch in value for ch in "\0\n\r\t"):
+            raise ValueError("must be non-blank text on one line")
+        return value
+
+    @field_validator("script")
+    @classmethod
+    def _script_fits(cls, value: str) -> str:
+        size = len(value.encode())
+        if size > SCRIPT_LIMIT:
+            raise ValueError(
+                f"is {size} bytes, over the {SCRIPT_LIMIT}-byte limit of a ConfigMap; "
+                "ship large code in the image or as an input artifact"
+            )
+        return value
+
+    @field_validator("shell")
+    @classmethod
+    def _shell_is_known(cls, value: str) -> str:
+        first = value.split()[0] if value.strip() else ""
+        if first not in KNOWN_SHELLS and not first.startswith("/"):
+            names = ", ".join(sorted(KNOWN_SHELLS))
+            raise ValueError(
+                f'"{value}" is neither an absolute path nor a known shell; '
+                f"use an absolute path (/usr/bin/env python3) or one of: {names}"
+            )
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image_is_reference(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError('must name a container image, e.g. "python:3.12-slim"')
+        if any(ch.isspace() for ch in value):
+            raise ValueError(f'"{value}" is not an image reference: it contains white space')
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, EnvValue]) -> dict[str, EnvValue]:
+        for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f'"{key}" is not a valid environment variable name')
+            if key.startswith("K8SJOBS_"):
+                raise ValueError(f'"{key}": names starting with K8SJOBS_ are set by k8sjobs')
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_is_absolute(cls, value: str) -> str:
+        normal = posixpath.normpath(value)
+        if not value.startswith("/") or normal == "/" or normal.startswith("/k8sjobs"):
+            raise ValueError(
+                f'"{value}" must be an absolute directory other than "/" and outside /k8sjobs'
+            )
+        return normal
+
+    @field_validator("labels", "annotations", "node_selector")
+    @classmethod
+    def _keys_are_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            _check_label_key(key)
+        return value
+
+    @field_validator("labels", "node_selector")
+    @classmethod
+    def _values_are_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if text and (len(text) > 63 or not _LABEL_NAME.match(text)):
+                raise ValueError(
+                    f'"{key}": value "{text}" must be at most 63 characters of '
+                    "[A-Za-z0-9-_.], starting and ending with a letter or digit"
+                )
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_label(cls, value: str | None) -> str | None:
+        return _check_dns_label(value, "namespace")
+
+    @field_validator("service_account", "queue")
+    @classmethod
+    def _names_are_subdomains(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.match(value)):
+            raise ValueError(f'"{value}" is not a valid Kubernetes object name')
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _pull_secrets_are_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            cls._names_are_subdomains(name)
+        return value
+
+    @field_validator("walltime")
+    @classmethod
+    def _walltime_positive(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value.total_seconds() < 1:
+            raise ValueError("must be at least one second")
+        return value
+
+    @field_validator("ttl_after_finished")
+    @classmethod
+    def _ttl_not_negative(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value.total_seconds() < 0:
+            raise ValueError("must not be negative")
+        return value
+
+    @field_validator("inputs", "outputs")
+    @classmethod
+    def _artifact_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not _ARTIFACT_NAME.match(key):
+                raise ValueError(
+                    f'"{key}" is not a valid artifact name; use lowercase letters, digits, '
+                    "'.', '_' and '-', starting with a letter or digit"
+                )
+        return value
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs_are_references(cls, value: dict[str, str | StepOutput]) -> dict[str, Any]:
+        for key, ref in value.items():
+            if isinstance(ref, str) and (not ref.strip() or any(c.isspace() for c in ref)):
+                raise ValueError(f'"{key}": "{ref}" is not an artifact reference')
+        return value
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_are_relative(cls, value: dict[str, str]) -> dict[str, str]:
+        return {key: _check_relative_path(path, f'"{key}": path') for key, path in value.items()}
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher_is_template(cls, value: str) -> str:
+        fields = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        unknown = fields - set(LAUNCHER_FIELDS)
+        if unknown or "" in fields:
+            raise ValueError(
+                f"template uses {sorted(unknown) or ['{}']}; it may use only "
+                + ", ".join("{" + f + "}" for f in LAUNCHER_FIELDS)
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _launcher_counts_fit(self) -> Step:
+        res = self.resources
+        for call in find_launcher_calls(self.script):
+            text = self.script[call.start : call.end]
+            if call.procs is not None and call.procs > res.tasks:
+                raise ValueError(
+                    f"script: {text} asks for {call.procs} processes but resources.tasks is "
+                    f"{res.tasks}; raise resources.tasks or lower the count"
+                )
+            if call.nodes is not None and call.nodes > res.nodes:
+                raise ValueError(
+                    f"script: {text} asks for {call.nodes} nodes but resources.nodes is "
+                    f"{res.nodes}; raise resources.nodes or lower the count"
+                )
+        return self

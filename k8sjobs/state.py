@@ -1,0 +1,85 @@
+"""Where a step is in its life, and what came of it (pure values, no I/O).
+
+    PENDING ──> RUNNING ──> SUCCEEDED
+       │           │──────> FAILED      (reason says why: exit code, OOMKilled, ...)
+       │           │──────> CANCELLED   (this driver cancelled it)
+       └───────────┴──────> LOST        (its Job vanished without us asking)
+
+PENDING covers queued, suspended by Kueue, unschedulable and pulling an image; the reason
+tells which. The four right-hand states are terminal: a handle never leaves them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+__all__ = ["StepResult", "StepState"]
+
+
+class StepState(enum.Enum):
+    """The life stage of a step."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    LOST = "LOST"
+
+    @property
+    def terminal(self) -> bool:
+        """Return whether a step in this state will never change again."""
+        return self in _TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED, StepState.LOST})
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A snapshot of one step: its state, why, and the facts a user acts on.
+
+    ``reason`` is short and machine-readable ("ExitCode", "OOMKilled", "DeadlineExceeded",
+    "BackoffLimitExceeded", "ImagePullBackOff", "Unschedulable", "Suspended", ...);
+    ``message`` is the sentence to show a person. ``outputs`` maps each output name to its
+    artifact reference (pinned by digest once the push reported it).
+    """
+
+    name: str
+    state: StepState = StepState.PENDING
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    pods: tuple[str, ...] = ()
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    log_file: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Return whether the step succeeded."""
+        return self.state is StepState.SUCCEEDED
+
+    @property
+    def duration(self) -> float | None:
+        """Return the seconds between start and finish, when both are known."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def evolve(self, **changes: Any) -> StepResult:
+        """Return a copy with ``changes`` applied."""
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """Return one line a person can read: name, state, and why."""
+        why = self.message or self.reason
+        return f"{self.name}: {self.state}" + (f" ({why})" if why else "")
