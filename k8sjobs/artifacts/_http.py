@@ -1,0 +1,309 @@
+"""The one seam through which every registry request goes: timeouts, auth, retries, errors.
+
+Requests that are safe to repeat (GET, HEAD, and others the caller marks idempotent) are
+retried on connection errors, timeouts, 429 and 5xx, with exponential backoff and jitter,
+within a bounded total time. A 401 triggers one round of the challenge flow (basic or
+bearer token); a second 401 is an AuthenticationError at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+from . import _auth
+from .errors import (
+    ArtifactNotFound,
+    AuthenticationError,
+    RegistryError,
+    RegistryUnavailable,
+    UploadFailed,
+)
+
+T = TypeVar("T")
+BodyFactory = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and for how long to retry a request that is safe to repeat."""
+
+    attempts: int = 4
+    initial_delay: float = 0.2
+    max_delay: float = 2.0
+    total: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """Return the pause before retry number ``attempt`` (1-based), with full jitter."""
+        ceiling = min(self.max_delay, self.initial_delay * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Per-request limits: connecting, and silence while reading an answer."""
+
+    connect: float = 10.0
+    read: float = 60.0
+
+
+class _Retryable(Exception):
+    """Internal: an attempt failed in a way that a retry may fix."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+_RETRYABLE_ERRORS = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    asyncio.TimeoutError,
+    ConnectionError,
+)
+
+
+def describe_error(exc: BaseException) -> str:
+    """Return a short cause for a transport error, without any URL query or header."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return "timed out"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def with_retries(operation: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
+    """Run ``operation`` until it succeeds, retrying _Retryable and transport errors."""
+    deadline = time.monotonic() + policy.total
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await operation()
+        except aiohttp.ClientSSLError as exc:
+            raise RegistryUnavailable(
+                f"{what}: TLS verification failed ({exc.__class__.__name__}); "
+                "pass ca_file for a private CA, or plain_http=True for an HTTP registry."
+            ) from None
+        except (_Retryable, *_RETRYABLE_ERRORS) as exc:
+            cause = exc.cause if isinstance(exc, _Retryable) else describe_error(exc)
+            pause = policy.delay(attempt)
+            if attempt >= policy.attempts or time.monotonic() + pause > deadline:
+                raise RegistryUnavailable(f"{what}: {cause} (after {attempt} attempts).") from None
+            await asyncio.sleep(pause)
+
+
+def registry_message(body: bytes) -> str:
+    """Return the first error code and message of a registry error body, if any."""
+    try:
+        errors = json.loads(body).get("errors") or []
+        first = errors[0]
+        return f"{first.get('code')}: {first.get('message')}"
+    except (ValueError, AttributeError, IndexError, TypeError):
+        return body[:200].decode(errors="replace").strip()
+
+
+class Transport:
+    """One aiohttp session with auth state per registry host; sends every request."""
+
+    def __init__(
+        self,
+        *,
+        plain_http: bool,
+        ca_file: str | None,
+        credentials: _auth.Credentials | None,
+        timeouts: Timeouts,
+        retry: RetryPolicy,
+        max_connections: int = 16,
+    ) -> None:
+        self.plain_http = plain_http
+        self.retry = retry
+        self.timeouts = timeouts
+        self._ca_file = ca_file
+        self._explicit = credentials
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._creds: dict[str, _auth.Credentials | None] = {}
+        self._challenges: dict[str, _auth.Challenge] = {}
+        self._tokens: dict[tuple[str, str], str] = {}
+
+    def base_url(self, host: str) -> str:
+        """Return ``scheme://host`` for a registry host."""
+        return f"{'http' if self.plain_http else 'https'}://{host}"
+
+    def session(self) -> aiohttp.ClientSession:
+        """Return the shared session, created on first use (inside the event loop)."""
+        if self._session is None or self._session.closed:
+            ssl_context: ssl.SSLContext | bool = True
+            if self._ca_file:
+                ssl_context = ssl.create_default_context(cafile=self._ca_file)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=ssl_context)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    sock_connect=self.timeouts.connect,
+                    sock_read=self.timeouts.read,
+                ),
+                auto_decompress=False,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session and forget tokens."""
+        if self._session is not None:
+            await self._session.close()
+        self._tokens.clear()
+
+    async def _credentials(self, host: str) -> _auth.Credentials | None:
+        if self._explicit is not None:
+            return self._explicit
+        if host not in self._creds:
+            self._creds[host] = await _auth.find_credentials(host)
+        return self._creds[host]
+
+    async def _authorization(self, host: str, scope: str) -> str | None:
+        challenge = self._challenges.get(host)
+        if challenge is None:
+            return None
+        creds = await self._credentials(host)
+        if challenge.scheme == "basic":
+            return creds.basic_header() if creds else None
+        token = self._tokens.get((host, scope))
+        if token is None:
+            token = await self._fetch_token(host, challenge, scope, creds)
+            self._tokens[(host, scope)] = token
+        return f"Bearer {token}"
+
+    async def _fetch_token(
+        self, host: str, challenge: _auth.Challenge, scope: str, creds: _auth.Credentials | None
+    ) -> str:
+        realm = challenge.params.get("realm")
+        if not realm:
+            raise AuthenticationError(
+                f"Registry {host} asked for a bearer token but gave no realm."
+            )
+        query = _auth.token_query(challenge, scope)
+        headers = {"Authorization": creds.basic_header()} if creds else {}
+
+        async def attempt() -> str:
+            async with self.session().get(realm, params=query, headers=headers) as resp:
+                if resp.status in (401, 403):
+                    raise AuthenticationError(
+                        f"The token server {realm} refused "
+                        f"{'the credentials' if creds else 'anonymous access'} for {host} "
+                        f"(HTTP {resp.status})."
+                    )
+                if resp.status >= 500:
+                    raise _Retryable(f"token server {realm} answered HTTP {resp.status}")
+                if resp.status != 200:
+                    raise AuthenticationError(
+                        f"The token server {realm} answered HTTP {resp.status}."
+                    )
+                return _auth.token_from_response(await resp.json(content_type=None), realm)
+
+        return await with_retries(attempt, self.retry, f"Getting a token for {host}")
+
+    async def send(
+        self,
+        method: str,
+        host: str,
+        url: str,
+        *,
+        scope: str,
+        what: str,
+        headers: Mapping[str, str] | None = None,
+        body: BodyFactory | None = None,
+        ok: tuple[int, ...] = (200,),
+        idempotent: bool | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request and return the response with an ``ok`` status (caller releases it).
+
+        404 raises ArtifactNotFound, 401/403 AuthenticationError, and other statuses
+        RegistryError or UploadFailed. ``body`` makes a fresh body for every attempt.
+        """
+        retry = method in ("GET", "HEAD") if idempotent is None else idempotent
+        policy = self.retry if retry else RetryPolicy(attempts=1)
+
+        async def attempt() -> aiohttp.ClientResponse:
+            return await self._send_authorized(method, host, url, scope, what, headers, body, ok)
+
+        return await with_retries(attempt, policy, what)
+
+    async def _send_authorized(
+        self,
+        method: str,
+        host: str,
+        url: str,
+        scope: str,
+        what: str,
+        headers: Mapping[str, str] | None,
+        body: BodyFactory | None,
+        ok: tuple[int, ...],
+    ) -> aiohttp.ClientResponse:
+        for round_ in range(2):
+            all_headers = dict(headers or {})
+            authorization = await self._authorization(host, scope)
+            if authorization:
+                all_headers["Authorization"] = authorization
+            resp = await self.session().request(
+                method,
+                url,
+                headers=all_headers,
+                data=body() if body else None,
+                allow_redirects=True,
+            )
+            if resp.status != 401 or round_ == 1:
+                break
+            challenge_header = resp.headers.get("WWW-Authenticate", "")
+            resp.release()
+            await self._learn_challenge(host, scope, challenge_header, authorization, what)
+        return await self._check(resp, ok, method, what)
+
+    async def _learn_challenge(
+        self, host: str, scope: str, header: str, sent: str | None, what: str
+    ) -> None:
+        challenge = _auth.parse_challenge(header)
+        if challenge.scheme not in ("basic", "bearer"):
+            raise AuthenticationError(f"{what}: unsupported authentication scheme {header!r:.60}.")
+        creds = await self._credentials(host)
+        if challenge.scheme == "basic" and creds is None:
+            raise AuthenticationError(
+                f"{what}: the registry requires credentials and none are configured "
+                "(K8SJOBS_REGISTRY_USERNAME/PASSWORD or docker config.json)."
+            )
+        if sent is not None and challenge.scheme == "basic":
+            raise AuthenticationError(f"{what}: the registry refused the credentials (HTTP 401).")
+        # A bearer token may simply have expired: drop it so the next round fetches a new one.
+        self._tokens.pop((host, scope), None)
+        self._challenges[host] = challenge
+
+    async def _check(
+        self, resp: aiohttp.ClientResponse, ok: tuple[int, ...], method: str, what: str
+    ) -> aiohttp.ClientResponse:
+        if resp.status in ok:
+            return resp
+        body = b"" if method == "HEAD" else await resp.content.read(4096)
+        resp.release()
+        detail = registry_message(body)
+        if resp.status == 401:
+            raise AuthenticationError(f"{what}: the registry refused the credentials (HTTP 401).")
+        if resp.status == 403:
+            raise AuthenticationError(f"{what}: access denied (HTTP 403) {detail}".rstrip())
+        if resp.status == 404:
+            raise ArtifactNotFound(f"{what}: not found (HTTP 404).")
+        if resp.status == 429 or resp.status >= 500:
+            raise _Retryable(f"the registry answered HTTP {resp.status} {detail}".rstrip())
+        if method in ("PUT", "PATCH", "POST"):
+            raise UploadFailed(f"{what}: the registry answered HTTP {resp.status}: {detail}.")
+        raise RegistryError(f"{what}: the registry answered HTTP {resp.status}: {detail}.")

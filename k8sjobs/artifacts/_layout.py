@@ -1,0 +1,332 @@
+"""OCILayout: an artifact store in a local directory in the OCI image layout format.
+
+The layout holds ``oci-layout``, ``index.json`` (one entry per ``repository:tag``, named by
+the ``org.opencontainers.image.ref.name`` annotation) and content-addressed
+``blobs/sha256/<hex>``. Blobs are written to a temporary name and renamed, and index.json is
+rewritten under an exclusive lock file and replaced atomically, so several local processes
+can push to one layout at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio.to_thread
+
+from . import _media, _transfer
+from ._digest import DigestCache
+from ._media import Descriptor
+from ._reference import Reference, parse_reference
+from ._streams import VerifyingWriter
+from ._tarball import Compression
+from .errors import ArtifactNotFound, DigestMismatch, InvalidReference
+
+_COPY_CHUNK = 1024 * 1024
+
+
+class OCILayout:
+    """A directory in the OCI image layout format, as an ArtifactStore."""
+
+    def __init__(
+        self, root: str | Path, *, concurrency: int = 4, cache: DigestCache | None = None
+    ) -> None:
+        self.root = Path(root).absolute()
+        self.concurrency = concurrency
+        self.cache = cache or DigestCache()
+
+    def __repr__(self) -> str:
+        return f"OCILayout({str(self.root)!r})"
+
+    async def __aenter__(self) -> OCILayout:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Nothing to close; present for the ArtifactStore protocol."""
+
+    # -- files (blocking, run in worker threads) ----------------------------------------
+
+    def _blob_path(self, digest: str) -> Path:
+        algorithm, _, hexdigest = digest.partition(":")
+        return self.root / "blobs" / algorithm / hexdigest
+
+    def _ensure(self) -> None:
+        (self.root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+        marker = self.root / "oci-layout"
+        if not marker.exists():
+            self._atomic_write(marker, b'{"imageLayoutVersion":"1.0.0"}')
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    @contextlib.contextmanager
+    def _locked_index(self) -> Iterator[dict[str, Any]]:
+        """Yield index.json's content under an exclusive lock; write it back on exit."""
+        self._ensure()
+        with (self.root / "index.json.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                index = self._read_index()
+                yield index
+                self._atomic_write(self.root / "index.json", json.dumps(index, indent=1).encode())
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read_index(self) -> dict[str, Any]:
+        try:
+            index: dict[str, Any] = json.loads((self.root / "index.json").read_text())
+        except FileNotFoundError:
+            index = {"schemaVersion": 2, "mediaType": _media.INDEX, "manifests": []}
+        return index
+
+    def _store_file(self, source: Path, known: str | None, sent: _transfer.BytesCallback) -> str:
+        self._ensure()
+        if known and self._blob_path(known).exists():
+            return known
+        fd, tmp_name = tempfile.mkstemp(prefix=".upload-", dir=self.root / "blobs" / "sha256")
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            hasher = hashlib.sha256()
+            with source.open("rb") as src, tmp.open("wb") as dst:
+                while chunk := src.read(_COPY_CHUNK):
+                    hasher.update(chunk)
+                    dst.write(chunk)
+                    sent(len(chunk))
+            digest = "sha256:" + hasher.hexdigest()
+            if known and digest != known:
+                raise DigestMismatch(
+                    f"{source} changed while it was stored: digest {digest}, expected {known}."
+                )
+            os.replace(tmp, self._blob_path(digest))
+            return digest
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def _store_bytes(self, data: bytes) -> str:
+        self._ensure()
+        digest = _media.sha256_digest(data)
+        path = self._blob_path(digest)
+        if not path.exists():
+            self._atomic_write(path, data)
+        return digest
+
+    def _copy_verified(
+        self, desc: Descriptor, dest: Path, received: _transfer.BytesCallback, where: str
+    ) -> None:
+        source = self._blob_path(desc.digest)
+        if not source.exists():
+            raise ArtifactNotFound(f"{where}: blob {desc.digest} is missing from {self.root}.")
+        writer = VerifyingWriter(dest, desc.digest, desc.size, where)
+        try:
+            with source.open("rb") as src:
+                while chunk := src.read(_COPY_CHUNK):
+                    writer.write(chunk)
+                    received(len(chunk))
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+
+    # -- addressing ---------------------------------------------------------------------
+
+    def _ref(self, reference: str) -> Reference:
+        ref = parse_reference(reference)
+        if ref.registry is not None:
+            raise InvalidReference(
+                f'Reference "{reference}" names registry {ref.registry}, but this store is the '
+                f"OCI layout {self.root}; drop the host or open a registry store."
+            )
+        return ref
+
+    @staticmethod
+    def _name(ref: Reference) -> str:
+        return f"{ref.repository}:{ref.tag}"
+
+    def _lookup(self, ref: Reference) -> str:
+        if ref.digest:
+            if not self._blob_path(ref.digest).exists():
+                raise ArtifactNotFound(f"{ref} is not in the OCI layout {self.root}.")
+            return ref.digest
+        for entry in self._read_index().get("manifests", []):
+            if (entry.get("annotations") or {}).get(_media.REF_NAME) == self._name(ref):
+                return str(entry["digest"])
+        raise ArtifactNotFound(f"{ref} is not in the OCI layout {self.root}.")
+
+    # -- BlobBackend --------------------------------------------------------------------
+
+    async def has_blob(self, ref: Reference, digest: str) -> bool:
+        """Return True when the layout holds blob ``digest``."""
+        return await anyio.to_thread.run_sync(self._blob_path(digest).exists)
+
+    async def put_blob(
+        self,
+        ref: Reference,
+        path: Path,
+        known: tuple[str, int] | None,
+        sent: _transfer.BytesCallback,
+    ) -> tuple[str, int]:
+        """Copy a file into the layout as a blob (unless present); return digest and size."""
+        digest = await anyio.to_thread.run_sync(
+            self._store_file, path, known[0] if known else None, sent
+        )
+        size = await anyio.to_thread.run_sync(lambda: path.stat().st_size)
+        return digest, size
+
+    async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
+        """Store a small in-memory blob."""
+        await anyio.to_thread.run_sync(self._store_bytes, data)
+
+    async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str:
+        """Store a manifest blob and point ``ref``'s tag at it in index.json."""
+        digest = await anyio.to_thread.run_sync(self._store_bytes, data)
+        if ref.digest:
+            if ref.digest != digest:
+                raise DigestMismatch(f"The manifest for {ref} has digest {digest}.")
+            return digest
+        entry = {
+            "mediaType": media_type,
+            "digest": digest,
+            "size": len(data),
+            "annotations": {_media.REF_NAME: self._name(ref)},
+        }
+        await anyio.to_thread.run_sync(
+            self._edit_index, lambda ms: [*self._without(ms, {self._name(ref)}), entry]
+        )
+        return digest
+
+    @staticmethod
+    def _without(manifests: list[dict[str, Any]], names: set[str]) -> list[dict[str, Any]]:
+        return [
+            m for m in manifests if (m.get("annotations") or {}).get(_media.REF_NAME) not in names
+        ]
+
+    def _edit_index(self, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+        with self._locked_index() as index:
+            index["manifests"] = edit(list(index.get("manifests", [])))
+
+    async def get_manifest(self, ref: Reference) -> tuple[bytes, str, str]:
+        """Return a manifest's bytes, media type and verified digest."""
+
+        def read() -> tuple[bytes, str, str]:
+            digest = self._lookup(ref)
+            data = self._blob_path(digest).read_bytes()
+            if _media.sha256_digest(data) != digest:
+                raise DigestMismatch(
+                    f"The manifest of {ref} in {self.root} does not match {digest}."
+                )
+            return data, _media.MANIFEST, digest
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def fetch_blob(
+        self, ref: Reference, desc: Descriptor, dest: Path, received: _transfer.BytesCallback
+    ) -> None:
+        """Copy a blob to ``dest``, verifying size and digest."""
+        where = f"Reading {desc.title or desc.digest} of {ref}"
+        await anyio.to_thread.run_sync(self._copy_verified, desc, dest, received, where)
+
+    # -- ArtifactStore ------------------------------------------------------------------
+
+    async def push(
+        self,
+        reference: str,
+        paths: Sequence[str | Path],
+        *,
+        artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
+        annotations: dict[str, str] | None = None,
+        compression: Compression = "gzip",
+        level: int = 1,
+        progress: _transfer.ProgressCallback | None = None,
+    ) -> _transfer.PushResult:
+        """Store files and directories as one artifact; return its reference and digest."""
+        opts = _transfer.PushOptions(
+            artifact_type, annotations, compression, level, self.concurrency, progress
+        )
+        return await _transfer.push_paths(
+            self, self._ref(reference), [Path(p) for p in paths], self.cache, opts
+        )
+
+    async def pull(
+        self,
+        reference: str,
+        target: str | Path,
+        *,
+        progress: _transfer.ProgressCallback | None = None,
+    ) -> _transfer.PullResult:
+        """Copy an artifact's files into ``target``, every byte verified."""
+        return await _transfer.pull_to(
+            self,
+            self._ref(reference),
+            Path(target),
+            concurrency=self.concurrency,
+            progress=progress,
+        )
+
+    async def resolve(self, reference: str) -> str:
+        """Return the manifest digest that ``reference`` points to."""
+        ref = self._ref(reference)
+        return await anyio.to_thread.run_sync(self._lookup, ref)
+
+    async def exists(self, reference: str) -> bool:
+        """Return True when ``reference`` names a stored manifest."""
+        try:
+            await self.resolve(reference)
+        except ArtifactNotFound:
+            return False
+        return True
+
+    async def tags(self, repository: str) -> list[str]:
+        """Return the tags of ``repository`` in this layout."""
+        prefix = self._ref(f"{repository}:latest").repository + ":"
+        index = await anyio.to_thread.run_sync(self._read_index)
+        names = [
+            (m.get("annotations") or {}).get(_media.REF_NAME, "")
+            for m in index.get("manifests", [])
+        ]
+        return sorted(n[len(prefix) :] for n in names if n.startswith(prefix))
+
+    async def delete(self, reference: str) -> None:
+        """Remove every tag of the repository that points to the manifest ``reference`` names.
+
+        Blobs stay on disk: another process may be pushing a manifest that uses them.
+        """
+        ref = self._ref(reference)
+        digest = await self.resolve(reference)
+        prefix = ref.repository + ":"
+
+        def edit(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [
+                m
+                for m in manifests
+                if not (
+                    m.get("digest") == digest
+                    and (m.get("annotations") or {}).get(_media.REF_NAME, "").startswith(prefix)
+                )
+            ]
+
+        await anyio.to_thread.run_sync(self._edit_index, edit)
+
+    async def copy(self, source: str, destination: str) -> str:
+        """Point ``destination`` at the manifest of ``source`` (blobs are shared)."""
+        src, dst = self._ref(source), self._ref(destination)
+        data, media_type, digest = await self.get_manifest(src)
+        await self.put_manifest(dst, data, media_type)
+        return digest

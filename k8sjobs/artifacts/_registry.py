@@ -1,0 +1,458 @@
+"""Registry: an async client for an OCI distribution registry, storing ORAS artifacts."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import quote, urlencode, urljoin
+
+import anyio.to_thread
+
+from . import _media, _transfer
+from ._auth import Credentials
+from ._digest import DigestCache
+from ._http import RetryPolicy, Timeouts, Transport, with_retries
+from ._media import Descriptor
+from ._reference import Reference, parse_reference
+from ._streams import HashingReader, VerifyingWriter
+from ._tarball import Compression
+from .errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
+
+READ_CHUNK = 2 * 1024 * 1024
+
+
+class Registry:
+    """An OCI registry at ``location`` (``host[:port][/prefix]``), as an ArtifactStore.
+
+    References are ``repository:tag`` or ``repository@sha256:...`` under ``prefix``; a
+    reference starting with another host (``other.example:5000/repo:tag``) goes there.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        plain_http: bool = False,
+        ca_file: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        concurrency: int = 4,
+        chunk_size: int = 64 * 1024 * 1024,
+        monolithic_limit: int = 16 * 1024 * 1024,
+        cache: DigestCache | None = None,
+    ) -> None:
+        host, _, prefix = location.strip("/").partition("/")
+        if not host:
+            raise InvalidReference(f'Registry location "{location}" names no host.')
+        self.host, self.prefix = host, prefix
+        self.concurrency = concurrency
+        self.chunk_size, self.monolithic_limit = chunk_size, monolithic_limit
+        self.cache = cache or DigestCache()
+        creds = Credentials(username, password or "") if username else None
+        self._transport = Transport(
+            plain_http=plain_http,
+            ca_file=ca_file,
+            credentials=creds,
+            timeouts=timeouts or Timeouts(),
+            retry=retry or RetryPolicy(),
+            max_connections=max(4, concurrency * 2),
+        )
+
+    def __repr__(self) -> str:
+        return f"Registry({self.host + ('/' + self.prefix if self.prefix else '')!r})"
+
+    async def __aenter__(self) -> Registry:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close connections; the digest cache stays on disk."""
+        await self._transport.close()
+
+    # -- addressing ---------------------------------------------------------------------
+
+    def _ref(self, reference: str) -> Reference:
+        ref = parse_reference(reference)
+        if ref.registry is None and self.prefix:
+            return Reference(f"{self.prefix}/{ref.repository}", ref.tag, ref.digest, self.host)
+        return Reference(ref.repository, ref.tag, ref.digest, ref.registry or self.host)
+
+    def _url(self, ref: Reference, tail: str) -> str:
+        return f"{self._transport.base_url(ref.registry or self.host)}/v2/{ref.repository}/{tail}"
+
+    @staticmethod
+    def _scope(ref: Reference, push: bool = False) -> str:
+        return f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
+
+    async def _send(self, method: str, ref: Reference, url: str, what: str, **kw: object):  # type: ignore[no-untyped-def]
+        host = ref.registry or self.host
+        return await self._transport.send(method, host, url, what=what, **kw)  # type: ignore[arg-type]
+
+    # -- BlobBackend --------------------------------------------------------------------
+
+    async def has_blob(self, ref: Reference, digest: str) -> bool:
+        """Return True when the repository already holds blob ``digest`` (HEAD)."""
+        try:
+            resp = await self._send(
+                "HEAD",
+                ref,
+                self._url(ref, f"blobs/{digest}"),
+                f"Checking blob {digest[:19]} of {ref}",
+                scope=self._scope(ref, True),
+            )
+        except ArtifactNotFound:
+            return False
+        resp.release()
+        return True
+
+    async def _start_upload(self, ref: Reference, what: str) -> str:
+        resp = await self._send(
+            "POST",
+            ref,
+            self._url(ref, "blobs/uploads/"),
+            what,
+            scope=self._scope(ref, True),
+            ok=(202,),
+            idempotent=True,
+        )
+        resp.release()
+        return urljoin(self._url(ref, ""), str(resp.headers["Location"]))
+
+    @staticmethod
+    def _with_query(url: str, **params: str) -> str:
+        return url + ("&" if "?" in url else "?") + urlencode(params)
+
+    async def _body(
+        self, reader: HashingReader, length: int, sent: _transfer.BytesCallback
+    ) -> AsyncIterator[bytes]:
+        left = length
+        while left > 0:
+            chunk = await anyio.to_thread.run_sync(reader.read, min(READ_CHUNK, left))
+            if not chunk:
+                raise RegistryError("The file shrank while it was being uploaded.")
+            left -= len(chunk)
+            sent(len(chunk))
+            yield chunk
+
+    async def _upload_once(
+        self,
+        ref: Reference,
+        path: Path,
+        size: int,
+        known: str | None,
+        sent: _transfer.BytesCallback,
+    ) -> str:
+        what = f"Uploading {path.name} to {ref}"
+        url = await self._start_upload(ref, what)
+        reader = await anyio.to_thread.run_sync(HashingReader, path)
+        try:
+            if size <= self.monolithic_limit and known:
+                return await self._put_final(ref, url, known, reader, size, sent, what)
+            offset = 0
+            while offset < size or size == 0:
+                length = min(self.chunk_size, size - offset)
+                headers = {
+                    "Content-Type": "application/octet-stream",
+                    "Content-Length": str(length),
+                    "Content-Range": f"{offset}-{offset + length - 1}",
+                }
+                resp = await self._send(
+                    "PATCH",
+                    ref,
+                    url,
+                    what,
+                    scope=self._scope(ref, True),
+                    headers=headers,
+                    ok=(202,),
+                    idempotent=False,
+                    body=lambda n=length: self._body(reader, n, sent),
+                )
+                resp.release()
+                url = urljoin(url, resp.headers["Location"])
+                offset += length
+                if size == 0:
+                    break
+            return await self._put_final(ref, url, known or reader.digest, None, 0, sent, what)
+        finally:
+            await anyio.to_thread.run_sync(reader.close)
+
+    async def _put_final(
+        self,
+        ref: Reference,
+        url: str,
+        digest: str,
+        reader: HashingReader | None,
+        size: int,
+        sent: _transfer.BytesCallback,
+        what: str,
+    ) -> str:
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        body = (lambda: self._body(reader, size, sent)) if reader is not None and size else None
+        resp = await self._send(
+            "PUT",
+            ref,
+            self._with_query(url, digest=digest),
+            what,
+            scope=self._scope(ref, True),
+            headers=headers,
+            body=body,
+            ok=(201,),
+            idempotent=False,
+        )
+        resp.release()
+        return digest
+
+    async def put_blob(
+        self,
+        ref: Reference,
+        path: Path,
+        known: tuple[str, int] | None,
+        sent: _transfer.BytesCallback,
+    ) -> tuple[str, int]:
+        """Upload a file as a blob unless present; return its digest and size.
+
+        Small files are hashed first (so HEAD can skip them); large ones unknown to the
+        digest cache are hashed while they stream, which reads them only once.
+        """
+        st = await anyio.to_thread.run_sync(path.stat)
+        started_ns = time.time_ns()
+        if known is None and st.st_size <= self.monolithic_limit:
+            known = await self.cache.file_digest(path)
+        if known is not None and await self.has_blob(ref, known[0]):
+            return known
+        counted = 0
+
+        def count(n: int) -> None:
+            nonlocal counted
+            counted += n
+            sent(n)
+
+        async def attempt() -> str:
+            nonlocal counted
+            sent(-counted)  # a restarted upload sends its bytes again
+            counted = 0
+            return await self._upload_once(
+                ref, path, st.st_size, known[0] if known else None, count
+            )
+
+        digest = await with_retries(
+            attempt, self._transport.retry, f"Uploading {path.name} to {ref}"
+        )
+        if known is None:
+            await anyio.to_thread.run_sync(self.cache.remember_file, path, st, digest, started_ns)
+        return digest, st.st_size
+
+    async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
+        """Upload a small in-memory blob (the empty config)."""
+        what = f"Uploading config blob to {ref}"
+        url = await self._start_upload(ref, what)
+        headers = {"Content-Type": "application/octet-stream"}
+        resp = await self._send(
+            "PUT",
+            ref,
+            self._with_query(url, digest=digest),
+            what,
+            scope=self._scope(ref, True),
+            headers=headers,
+            body=lambda: data,
+            ok=(201,),
+            idempotent=True,
+        )
+        resp.release()
+
+    async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str:
+        """Store a manifest under ``ref``'s tag (or digest); return its digest."""
+        digest = _media.sha256_digest(data)
+        target = ref.digest or ref.tag or digest
+        if ref.digest and ref.digest != digest:
+            raise DigestMismatch(f"The manifest for {ref} has digest {digest}.")
+        resp = await self._send(
+            "PUT",
+            ref,
+            self._url(ref, f"manifests/{target}"),
+            f"Storing the manifest of {ref}",
+            scope=self._scope(ref, True),
+            headers={"Content-Type": media_type},
+            body=lambda: data,
+            ok=(201,),
+            idempotent=True,
+        )
+        resp.release()
+        return digest
+
+    async def get_manifest(self, ref: Reference) -> tuple[bytes, str, str]:
+        """Fetch a manifest and verify it against its digest; return (data, media type, digest)."""
+        what = f"Fetching the manifest of {ref}"
+        resp = await self._send(
+            "GET",
+            ref,
+            self._url(ref, f"manifests/{ref.target}"),
+            what,
+            scope=self._scope(ref),
+            headers={"Accept": _media.MANIFEST_ACCEPT},
+        )
+        async with resp:
+            data = await resp.content.read(_media.MAX_MANIFEST_BYTES + 1)
+        if len(data) > _media.MAX_MANIFEST_BYTES:
+            raise RegistryError(f"{what}: the manifest is larger than 4 MiB.")
+        digest = _media.sha256_digest(data)
+        expected = ref.digest or resp.headers.get("Docker-Content-Digest")
+        if expected and expected != digest:
+            raise DigestMismatch(f"{what}: the manifest has digest {digest}, expected {expected}.")
+        return data, resp.headers.get("Content-Type", _media.MANIFEST), digest
+
+    async def fetch_blob(
+        self, ref: Reference, desc: Descriptor, dest: Path, received: _transfer.BytesCallback
+    ) -> None:
+        """Stream a blob into ``dest``, verifying its size and digest; retried from scratch."""
+        what = f"Fetching {desc.title or desc.digest} of {ref}"
+        url = self._url(ref, f"blobs/{desc.digest}")
+        got = [0]
+
+        async def attempt() -> None:
+            received(-got[0])
+            got[0] = 0
+            writer = await anyio.to_thread.run_sync(
+                VerifyingWriter, dest, desc.digest, desc.size, what
+            )
+            try:
+                resp = await self._send("GET", ref, url, what, scope=self._scope(ref))
+                async with resp:
+                    buffer = bytearray()
+                    async for piece in resp.content.iter_chunked(READ_CHUNK):
+                        buffer += piece
+                        if len(buffer) >= READ_CHUNK:
+                            await anyio.to_thread.run_sync(writer.write, bytes(buffer))
+                            got[0] += len(buffer)
+                            received(len(buffer))
+                            buffer.clear()
+                    await anyio.to_thread.run_sync(writer.write, bytes(buffer))
+                    received(len(buffer))
+                    got[0] += len(buffer)
+                await anyio.to_thread.run_sync(writer.finish)
+            except BaseException:
+                await anyio.to_thread.run_sync(writer.abort)
+                raise
+
+        await with_retries(attempt, self._transport.retry, what)
+
+    # -- ArtifactStore ------------------------------------------------------------------
+
+    async def push(
+        self,
+        reference: str,
+        paths: Sequence[str | Path],
+        *,
+        artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
+        annotations: dict[str, str] | None = None,
+        compression: Compression = "gzip",
+        level: int = 1,
+        progress: _transfer.ProgressCallback | None = None,
+    ) -> _transfer.PushResult:
+        """Push files and directories as one artifact; return its reference and digest."""
+        opts = _transfer.PushOptions(
+            artifact_type, annotations, compression, level, self.concurrency, progress
+        )
+        ref = self._ref(reference)
+        return await _transfer.push_paths(self, ref, [Path(p) for p in paths], self.cache, opts)
+
+    async def pull(
+        self,
+        reference: str,
+        target: str | Path,
+        *,
+        progress: _transfer.ProgressCallback | None = None,
+    ) -> _transfer.PullResult:
+        """Pull an artifact's files into ``target``, every byte verified."""
+        ref = self._ref(reference)
+        return await _transfer.pull_to(
+            self, ref, Path(target), concurrency=self.concurrency, progress=progress
+        )
+
+    async def resolve(self, reference: str) -> str:
+        """Return the manifest digest that ``reference`` points to."""
+        ref = self._ref(reference)
+        resp = await self._send(
+            "HEAD",
+            ref,
+            self._url(ref, f"manifests/{ref.target}"),
+            f"Resolving {ref}",
+            scope=self._scope(ref),
+            headers={"Accept": _media.MANIFEST_ACCEPT},
+        )
+        resp.release()
+        digest = resp.headers.get("Docker-Content-Digest")
+        if digest is None:
+            _, _, digest = await self.get_manifest(ref)
+        return str(digest)
+
+    async def exists(self, reference: str) -> bool:
+        """Return True when ``reference`` names a stored manifest."""
+        try:
+            await self.resolve(reference)
+        except ArtifactNotFound:
+            return False
+        return True
+
+    async def tags(self, repository: str) -> list[str]:
+        """Return the repository's tags, following pagination; [] for an unknown repository."""
+        ref = self._ref(f"{repository}:latest")
+        url: str | None = self._url(ref, "tags/list?n=1000")
+        found: list[str] = []
+        while url:
+            try:
+                resp = await self._send(
+                    "GET", ref, url, f"Listing tags of {repository}", scope=self._scope(ref)
+                )
+            except ArtifactNotFound:
+                return []
+            async with resp:
+                body = await resp.json(content_type=None)
+            found.extend(body.get("tags") or [])
+            link = resp.links.get("next")
+            url = urljoin(url, str(link["url"])) if link else None
+        return sorted(found)
+
+    async def delete(self, reference: str) -> None:
+        """Delete the manifest ``reference`` names (and so every tag pointing to it)."""
+        ref = self._ref(reference)
+        digest = ref.digest or await self.resolve(reference)
+        resp = await self._send(
+            "DELETE",
+            ref,
+            self._url(ref, f"manifests/{quote(digest)}"),
+            f"Deleting {ref}",
+            scope=f"repository:{ref.repository}:delete,pull,push",
+            ok=(202, 200),
+            idempotent=True,
+        )
+        resp.release()
+
+    async def copy(self, source: str, destination: str) -> str:
+        """Copy an artifact to another reference (same or other repository or registry)."""
+        src, dst = self._ref(source), self._ref(destination)
+        data, media_type, digest = await self.get_manifest(src)
+        manifest = _media.decode_manifest(data, str(src))
+        for desc in manifest.blobs():
+            if not await self.has_blob(dst, desc.digest):
+                await self._copy_blob(src, dst, desc)
+        await self.put_manifest(dst, data, media_type)
+        return digest
+
+    async def _copy_blob(self, src: Reference, dst: Reference, desc: Descriptor) -> None:
+        with tempfile.TemporaryDirectory(prefix="k8sjobs-copy-") as tmp:
+            path = Path(tmp) / "blob"
+            await self.fetch_blob(src, desc, path, lambda n: None)
+            await self.put_blob(dst, path, (desc.digest, desc.size), lambda n: None)
+
+
+__all__ = ["Registry"]

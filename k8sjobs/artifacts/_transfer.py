@@ -1,0 +1,322 @@
+"""Push and pull logic shared by every store, over the small BlobBackend protocol.
+
+A store only knows how to test, put and fetch single blobs and manifests; this module turns
+files and directories into layers and back, several blobs at a time, verifying as it goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
+
+from . import _media, _tarball
+from ._digest import DigestCache
+from ._media import Descriptor, Manifest
+from ._reference import Reference
+from .errors import RegistryError, UnsafeArchive
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """Progress of one blob: ``completed`` of ``total`` bytes moved (cumulative)."""
+
+    name: str
+    completed: int
+    total: int | None
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+BytesCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push stored: the reference, the manifest's digest, and its layers."""
+
+    reference: str
+    digest: str
+    layers: tuple[Descriptor, ...]
+    bytes_sent: int
+
+    @property
+    def pinned(self) -> str:
+        """Return the reference pinned by digest (``repository@sha256:...``)."""
+        base = self.reference.rsplit("@", 1)[0]
+        head, _, tail = base.rpartition(":")
+        repo = head if head and "/" not in tail else base
+        return f"{repo}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What a pull wrote: the manifest's digest and the top-level paths created."""
+
+    reference: str
+    digest: str
+    paths: tuple[Path, ...]
+    manifest: Manifest
+
+
+class BlobBackend(Protocol):
+    """What a store must do for push and pull: single blobs and manifests."""
+
+    async def has_blob(self, ref: Reference, digest: str) -> bool: ...
+
+    async def put_blob(
+        self, ref: Reference, path: Path, known: tuple[str, int] | None, sent: BytesCallback
+    ) -> tuple[str, int]: ...
+
+    async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None: ...
+
+    async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str: ...
+
+    async def get_manifest(self, ref: Reference) -> tuple[bytes, str, str]: ...
+
+    async def fetch_blob(
+        self, ref: Reference, desc: Descriptor, dest: Path, received: BytesCallback
+    ) -> None: ...
+
+
+@dataclass
+class PushOptions:
+    """Settings of one push."""
+
+    artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE
+    annotations: Mapping[str, str] | None = None
+    compression: _tarball.Compression = "gzip"
+    level: int = 1
+    concurrency: int = 4
+    progress: ProgressCallback | None = None
+
+
+def _reporter(progress: ProgressCallback | None, name: str, total: int | None) -> BytesCallback:
+    done = 0
+
+    def report(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(ProgressEvent(name, done, total))
+
+    return report
+
+
+class _Pusher:
+    """One push: prepares each path as a layer and uploads it, bounded in parallel."""
+
+    def __init__(self, backend: BlobBackend, ref: Reference, cache: DigestCache, opts: PushOptions):
+        self.backend, self.ref, self.cache, self.opts = backend, ref, cache, opts
+        self.bytes_sent = 0
+        self.limiter = anyio.Semaphore(max(1, opts.concurrency))
+
+    def _sent(self, name: str, total: int | None) -> BytesCallback:
+        report = _reporter(self.opts.progress, name, total)
+
+        def sent(n: int) -> None:
+            self.bytes_sent += n
+            report(n)
+
+        return sent
+
+    async def file_layer(self, path: Path) -> Descriptor:
+        known = await anyio.to_thread.run_sync(self.cache.lookup_file, path)
+        size = await anyio.to_thread.run_sync(lambda: path.stat().st_size)
+        digest, size = await self.backend.put_blob(
+            self.ref, path, known, self._sent(path.name, size)
+        )
+        annotations = {_media.TITLE: path.name}
+        return Descriptor(_media.LAYER_TAR, digest, size, annotations)
+
+    async def dir_layer(self, path: Path) -> Descriptor:
+        opts = self.opts
+        key = await anyio.to_thread.run_sync(
+            _tarball.fingerprint, path, opts.compression, opts.level
+        )
+        cached = await anyio.to_thread.run_sync(self.cache.get, key)
+        if cached:
+            digest, size, tar_digest = cached.split()
+            if await self.backend.has_blob(self.ref, digest):
+                return self._dir_descriptor(path, digest, int(size), tar_digest)
+        with tempfile.TemporaryDirectory(prefix="k8sjobs-push-") as tmp:
+            archive = Path(tmp) / "layer"
+            info = await anyio.to_thread.run_sync(self._write_archive, path, archive)
+            await anyio.to_thread.run_sync(
+                self.cache.put, key, f"{info.digest} {info.size} {info.tar_digest}"
+            )
+            known = (info.digest, info.size)
+            await self.backend.put_blob(self.ref, archive, known, self._sent(path.name, info.size))
+        return self._dir_descriptor(path, info.digest, info.size, info.tar_digest)
+
+    def _write_archive(self, root: Path, archive: Path) -> _tarball.ArchiveInfo:
+        with archive.open("wb") as out:
+            return _tarball.write_archive(root, out, self.opts.compression, self.opts.level)
+
+    def _dir_descriptor(self, path: Path, digest: str, size: int, tar_digest: str) -> Descriptor:
+        annotations = {
+            _media.TITLE: path.name,
+            _media.CONTENT_DIGEST: tar_digest,
+            _media.UNPACK: "true",
+        }
+        media_type = _tarball.media_type_for(self.opts.compression)
+        return Descriptor(media_type, digest, size, annotations)
+
+    async def layer(self, path: Path, slot: list[Descriptor | None], index: int) -> None:
+        async with self.limiter:
+            if await anyio.to_thread.run_sync(path.is_dir):
+                slot[index] = await self.dir_layer(path)
+            else:
+                slot[index] = await self.file_layer(path)
+
+    async def config(self) -> None:
+        desc = _media.EMPTY_CONFIG_DESCRIPTOR
+        if not await self.backend.has_blob(self.ref, desc.digest):
+            await self.backend.put_blob_bytes(self.ref, _media.EMPTY_CONFIG_DATA, desc.digest)
+
+
+def _check_paths(given: Sequence[Path]) -> list[Path]:
+    """Return the paths made absolute, or raise if one is missing, special, or a duplicate name."""
+    names: set[str] = set()
+    paths = [Path(os.path.abspath(p)) for p in given]
+    for path in paths:
+        if not path.exists():
+            raise RegistryError(f"Cannot push {path}: no such file or directory.")
+        if not (path.is_file() or path.is_dir()):
+            raise RegistryError(
+                f"Cannot push {path}: only regular files and directories can be pushed."
+            )
+        if path.name in names:
+            raise RegistryError(f'Cannot push two paths named "{path.name}" in one artifact.')
+        names.add(path.name)
+    return paths
+
+
+async def push_paths(
+    backend: BlobBackend,
+    ref: Reference,
+    paths: Sequence[Path],
+    cache: DigestCache,
+    opts: PushOptions,
+) -> PushResult:
+    """Upload ``paths`` as layers of one artifact, then its manifest; return what was stored."""
+    paths = await anyio.to_thread.run_sync(_check_paths, paths)
+    pusher = _Pusher(backend, ref, cache, opts)
+    slots: list[Descriptor | None] = [None] * len(paths)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pusher.config)
+        for index, path in enumerate(paths):
+            tg.start_soon(pusher.layer, path, slots, index)
+    layers = [layer for layer in slots if layer is not None]
+    manifest = _media.build_manifest(layers, opts.artifact_type, opts.annotations or {})
+    digest = await backend.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)
+    return PushResult(str(ref), digest, tuple(layers), pusher.bytes_sent)
+
+
+def _layer_destination(target: Path, desc: Descriptor) -> Path:
+    title = desc.title or ""
+    try:
+        norm = _tarball._inside(title)
+    except UnsafeArchive as exc:
+        raise UnsafeArchive(f'Layer title "{title}" is not a safe relative path: {exc}.') from None
+    if norm in (".", ""):
+        raise UnsafeArchive(f'Layer title "{title}" names no file.')
+    return target / norm
+
+
+def _replace(src: Path, dest: Path) -> None:
+    """Move ``src`` to ``dest``, replacing a file or directory already there (blocking)."""
+    if dest.is_dir() and not dest.is_symlink():
+        trash = dest.with_name(f".{dest.name}.k8sjobs-old-{os.getpid()}-{time.monotonic_ns()}")
+        dest.rename(trash)
+        src.rename(dest)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(src, dest)
+
+
+def _make_target(target: Path) -> Path:
+    target = Path(os.path.abspath(target))
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _install_archive(archive: Path, media_type: str, target: Path) -> list[Path]:
+    staging = Path(tempfile.mkdtemp(prefix=".k8sjobs-extract-", dir=target))
+    try:
+        tops = _tarball.extract_archive(archive, media_type, staging)
+        for name in tops:
+            _replace(staging / name, target / name)
+        return [target / name for name in tops]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+async def _pull_layer(
+    backend: BlobBackend,
+    ref: Reference,
+    desc: Descriptor,
+    target: Path,
+    progress: ProgressCallback | None,
+) -> list[Path]:
+    dest = _layer_destination(target, desc)
+    await anyio.to_thread.run_sync(lambda: dest.parent.mkdir(parents=True, exist_ok=True))
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        await backend.fetch_blob(
+            ref, desc, tmp, _reporter(progress, desc.title or desc.digest, desc.size)
+        )
+        if desc.unpack:
+            return await anyio.to_thread.run_sync(
+                _install_archive, tmp, desc.media_type, dest.parent
+            )
+        # mkstemp makes the file private; a pulled file should read like any other.
+        await anyio.to_thread.run_sync(os.chmod, tmp, 0o644)
+        await anyio.to_thread.run_sync(_replace, tmp, dest)
+        return [dest]
+    finally:
+        await anyio.to_thread.run_sync(_unlink_quietly, tmp)
+
+
+async def pull_to(
+    backend: BlobBackend,
+    ref: Reference,
+    target: Path,
+    *,
+    concurrency: int = 4,
+    progress: ProgressCallback | None = None,
+) -> PullResult:
+    """Fetch an artifact's layers into ``target``, verified; return what was written."""
+    data, _, digest = await backend.get_manifest(ref)
+    manifest = _media.decode_manifest(data, str(ref))
+    target = await anyio.to_thread.run_sync(_make_target, target)
+    layers = [layer for layer in manifest.layers if layer.title]
+    for layer in layers:
+        _layer_destination(target, layer)  # refuse a hostile title before fetching anything
+    written: list[list[Path]] = [[] for _ in layers]
+    limiter = anyio.Semaphore(max(1, concurrency))
+
+    async def one(index: int, desc: Descriptor) -> None:
+        async with limiter:
+            written[index] = await _pull_layer(backend, ref, desc, target, progress)
+
+    async with anyio.create_task_group() as tg:
+        for index, layer in enumerate(layers):
+            tg.start_soon(one, index, layer)
+    paths = tuple(p for group in written for p in group)
+    return PullResult(str(ref), digest, paths, manifest)
