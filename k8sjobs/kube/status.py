@@ -1,0 +1,253 @@
+"""Judge a step's state from its Job and pods (pure: no I/O, the clock is an argument).
+
+The watcher feeds this function whatever it last saw of a Job and of the Job's pods; it
+returns the ``StepResult`` a user reads. The Job's conditions decide the outcome (the job
+controller is the authority on success and failure); the pods supply the reason a person
+can act on: the exit code of the ``step`` container, OOMKilled, Evicted, an image that
+cannot be pulled, a failed output push. CANCELLED and LOST are not decided here: only the
+backend knows whether a vanished Job was deleted by this driver or by someone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
+from ..state import StepResult, StepState
+
+__all__ = ["IMAGE_ERRORS", "grace_deadline", "judge", "parse_time"]
+
+#: Waiting reasons that mean the container cannot start as written; after the grace time
+#: the step is failed rather than left PENDING forever (ErrImagePull may be a registry blip).
+IMAGE_ERRORS = frozenset(
+    {
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+_FAILED_CONDITIONS = ("Failed", "FailureTarget")
+_COMPLETE_CONDITIONS = ("Complete", "SuccessCriteriaMet")
+# Job-level reasons that already say what decided the failure; the exit code goes along.
+_POLICY_REASONS = frozenset({"DeadlineExceeded", "PodFailurePolicy", "MaxFailedIndexesExceeded"})
+
+Obj = Mapping[str, Any]
+
+
+def parse_time(value: object) -> datetime | None:
+    """Return an RFC 3339 API timestamp as an aware datetime (None when absent)."""
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value)
+
+
+def judge(job: Obj, pods: Iterable[Obj], *, now: datetime, pending_grace: float) -> StepResult:
+    """Return the step's state, reason and facts as shown by ``job`` and its ``pods``.
+
+    ``pending_grace`` is how many seconds a pod may sit in an image or configuration
+    error (ImagePullBackOff, CreateContainerConfigError, ...) before the step is FAILED.
+    """
+    ordered = sorted(pods, key=_pod_order)
+    base = _base(job, ordered)
+    status = job.get("status") or {}
+    failed = _condition(status, _FAILED_CONDITIONS)
+    if failed is not None:
+        return _failed(base, failed, ordered)
+    complete = _condition(status, _COMPLETE_CONDITIONS)
+    if complete is not None:
+        finished = parse_time(status.get("completionTime")) or _transition(complete)
+        return base.evolve(
+            state=StepState.SUCCEEDED, reason="Completed", exit_code=0, finished_at=finished
+        )
+    return _live(base, job, ordered, now=now, grace=pending_grace)
+
+
+def grace_deadline(pods: Iterable[Obj], pending_grace: float) -> datetime | None:
+    """Return when the earliest image or configuration error outlasts the grace time.
+
+    The backend re-judges the step at that moment, so a stuck pod fails on time without
+    any request and without waiting for a further watch event.
+    """
+    starts = [_since(pod) for pod in pods if _waiting_error(pod) is not None]
+    known = [t for t in starts if t is not None]
+    return min(known) + timedelta(seconds=pending_grace) if known else None
+
+
+def _base(job: Obj, pods: list[Obj]) -> StepResult:
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    name = str(annotations.get(ANNOTATION_STEP) or meta.get("name", ""))
+    status = job.get("status") or {}
+    names = tuple(str((p.get("metadata") or {}).get("name", "")) for p in pods)
+    return StepResult(name=name, started_at=parse_time(status.get("startTime")), pods=names)
+
+
+def _pod_order(pod: Obj) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp", "")), str(meta.get("name", "")))
+
+
+def _condition(status: Obj, types: tuple[str, ...]) -> Obj | None:
+    for wanted in types:
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == wanted and cond.get("status") == "True":
+                return cond  # type: ignore[no-any-return]
+    return None
+
+
+def _transition(cond: Obj) -> datetime | None:
+    return parse_time(cond.get("lastTransitionTime"))
+
+
+def _container(pod: Obj, name: str, *, init: bool = False) -> Obj | None:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    for status in (pod.get("status") or {}).get(key) or ():
+        if status.get("name") == name:
+            return status  # type: ignore[no-any-return]
+    return None
+
+
+def _main(pod: Obj) -> Obj | None:
+    """Return the status of the pod's main container (``step``, else the first non-handoff)."""
+    found = _container(pod, MAIN_CONTAINER)
+    if found is not None:
+        return found
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        if not str(status.get("name", "")).startswith("k8sjobs-"):
+            return status  # type: ignore[no-any-return]
+    return None
+
+
+def _terminated(container: Obj | None) -> Obj | None:
+    if container is None:
+        return None
+    found: Obj | None = (container.get("state") or {}).get("terminated")
+    return found
+
+
+def _failed(base: StepResult, cond: Obj, pods: list[Obj]) -> StepResult:
+    """Return a FAILED result whose reason names the most specific cause found."""
+    job_reason = str(cond.get("reason") or "Failed")
+    result = base.evolve(
+        state=StepState.FAILED,
+        reason=job_reason,
+        message=str(cond.get("message") or job_reason),
+        finished_at=_transition(cond),
+    )
+    failed_pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
+    if not failed_pods:
+        return result
+    reason, message, code = _pod_failure(failed_pods[-1])
+    if job_reason in _POLICY_REASONS:
+        return result.evolve(exit_code=code, message=f"{result.message}; last pod: {message}")
+    return result.evolve(reason=reason, message=f"{message} ({job_reason})", exit_code=code)
+
+
+def _pod_failure(pod: Obj) -> tuple[str, str, int | None]:
+    """Return (reason, message, exit code) for why one failed pod failed."""
+    status = pod.get("status") or {}
+    name = (pod.get("metadata") or {}).get("name", "")
+    if status.get("reason") == "Evicted":
+        return "Evicted", f"pod {name} was evicted: {status.get('message', '')}".strip(), None
+    pull = _terminated(_container(pod, PULL_CONTAINER, init=True))
+    if pull is not None and pull.get("exitCode", 0) != 0:
+        pull_code = int(pull["exitCode"])
+        return "InputPullFailed", f"pulling the inputs failed with exit code {pull_code}", None
+    main = _terminated(_main(pod))
+    if main is not None and main.get("reason") == "OOMKilled":
+        return "OOMKilled", "container step ran out of memory (OOMKilled)", _code(main)
+    code = _code(main)
+    if code is not None and code != 0:
+        return "ExitCode", f"container step exited with code {code}", code
+    push = _terminated(_container(pod, PUSH_CONTAINER))
+    if code == 0 and push is not None and push.get("exitCode", 0) != 0:
+        push_code = int(push["exitCode"])
+        return (
+            "OutputPushFailed",
+            f"the step exited 0 but pushing its outputs failed with exit code {push_code}",
+            0,
+        )
+    return str(status.get("reason") or "PodFailed"), f"pod {name} failed", code
+
+
+def _code(terminated: Obj | None) -> int | None:
+    if terminated is None or terminated.get("exitCode") is None:
+        return None
+    return int(terminated["exitCode"])
+
+
+def _waiting_error(pod: Obj) -> tuple[str, str] | None:
+    """Return (reason, message) when a container of ``pod`` waits on an image/config error."""
+    status = pod.get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in IMAGE_ERRORS:
+                text = f"container {container.get('name')}: {waiting.get('message', '')}"
+                return str(waiting["reason"]), text.rstrip(": ")
+    return None
+
+
+def _since(pod: Obj) -> datetime | None:
+    status = pod.get("status") or {}
+    meta = pod.get("metadata") or {}
+    return parse_time(status.get("startTime")) or parse_time(meta.get("creationTimestamp"))
+
+
+def _live(
+    base: StepResult, job: Obj, pods: list[Obj], *, now: datetime, grace: float
+) -> StepResult:
+    """Return PENDING or RUNNING for a Job without a terminal condition."""
+    live = [p for p in pods if (p.get("status") or {}).get("phase") in (None, "Pending", "Running")]
+    for pod in live:
+        error = _waiting_error(pod)
+        if error is None:
+            continue
+        since = _since(pod)
+        reason, message = error
+        if since is not None and (now - since).total_seconds() >= grace:
+            return base.evolve(
+                state=StepState.FAILED,
+                reason=reason,
+                message=f"{message} (still failing after {grace:g}s)",
+                finished_at=now,
+            )
+        return base.evolve(state=StepState.PENDING, reason=reason, message=message)
+    if any((p.get("status") or {}).get("phase") == "Running" for p in live):
+        return base.evolve(state=StepState.RUNNING, reason="Running")
+    if (job.get("status") or {}).get("ready"):
+        return base.evolve(state=StepState.RUNNING, reason="Running")
+    return _pending(base, job, live)
+
+
+def _pending(base: StepResult, job: Obj, live: list[Obj]) -> StepResult:
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    suspended = _condition(status, ("Suspended",))
+    if spec.get("suspend") or suspended is not None:
+        queue = ((job.get("metadata") or {}).get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        where = f' in queue "{queue}"' if queue else ""
+        return base.evolve(
+            state=StepState.PENDING,
+            reason="Suspended",
+            message=f"suspended{where}, waiting for admission",
+        )
+    for pod in live:
+        for cond in (pod.get("status") or {}).get("conditions") or ():
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason = str(cond.get("reason") or "Unschedulable")
+                return base.evolve(
+                    state=StepState.PENDING, reason=reason, message=str(cond.get("message", ""))
+                )
+    if live:
+        return base.evolve(state=StepState.PENDING, reason="ContainerCreating")
+    failures = int(status.get("failed") or 0)
+    if failures:
+        message = f"{failures} pod(s) failed; the job controller will retry after its backoff"
+        return base.evolve(state=StepState.PENDING, reason="BackoffRetry", message=message)
+    return base.evolve(state=StepState.PENDING, reason="Queued")

@@ -1,0 +1,254 @@
+"""judge(): Job and pod statuses to StepState, against real transcripts and hand-made cases."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from k8sjobs.kube.status import grace_deadline, judge
+from k8sjobs.state import StepResult, StepState
+
+REFERENCE = Path("/work/shared/k8s-reference")
+if not REFERENCE.exists():  # CI lays shared/ beside the clone
+    REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "k8s-reference"
+T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
+P, R, S, F = StepState.PENDING, StepState.RUNNING, StepState.SUCCEEDED, StepState.FAILED
+
+
+def _replay(path: Path) -> Iterator[StepResult]:
+    """Yield judge()'s verdict after every Job or Pod watch event, in the order they came."""
+    data = json.loads(path.read_text())
+    events = [("job", e) for e in data["job_watch_events"]]
+    events += [("pod", e) for e in data["pod_watch_events"]]
+    events.sort(key=lambda item: item[1]["t"])
+    job: dict[str, Any] | None = None
+    pods: dict[str, dict[str, Any]] = {}
+    start = datetime.fromisoformat(data["create_response"]["metadata"]["creationTimestamp"])
+    for kind, event in events:
+        if event["type"] == "BOOKMARK":
+            continue
+        obj = event["object"]
+        if kind == "job":
+            job = obj
+        elif event["type"] == "DELETED":
+            pods.pop(obj["metadata"]["name"], None)
+        else:
+            pods[obj["metadata"]["name"]] = obj
+        if job is not None:
+            now = start + timedelta(seconds=event["t"])
+            yield judge(job, pods.values(), now=now, pending_grace=60)
+
+
+def _states(results: list[StepResult]) -> list[StepState]:
+    """Return the states a handle would show: forward moves only, stopping at terminal."""
+    shown: list[StepState] = []
+    order = {P: 0, R: 1}
+    for result in results:
+        if shown and shown[-1].terminal:
+            break
+        if shown and not result.state.terminal and order[result.state] <= order[shown[-1]]:
+            continue
+        shown.append(result.state)
+    return shown
+
+
+def _transcripts() -> list[Path]:
+    found = sorted(REFERENCE.glob("job-*.json"))
+    assert found, f"no reference transcripts under {REFERENCE}"
+    return found
+
+
+EXPECTED = {
+    "job-succeeded.json": ([P, R, S], "Completed", 0),
+    "job-failed-backoff1.json": ([P, R, F], "ExitCode", 3),
+    "job-deadline-exceeded.json": ([P, R, F], "DeadlineExceeded", None),
+    "job-indexed-3.json": ([P, R, S], "Completed", 0),
+    "job-pod-failure-policy-failjob.json": ([P, R, F], "PodFailurePolicy", 42),
+    "job-suspended-then-resumed.json": ([P, R, S], "Completed", 0),
+}
+
+
+@pytest.mark.parametrize("path", _transcripts(), ids=lambda p: p.stem)
+def test_transcript_state_sequence(path: Path) -> None:
+    results = list(_replay(path))
+    states, reason, code = EXPECTED[path.name]
+    assert _states(results) == states
+    final = next(r for r in results if r.state.terminal)
+    assert final.reason == reason
+    assert final.exit_code == code
+    assert final.started_at is not None and final.finished_at is not None
+    assert final.pods
+
+
+def test_suspended_job_is_pending_with_reason() -> None:
+    results = list(_replay(REFERENCE / "job-suspended-then-resumed.json"))
+    assert results[0].state is P and results[0].reason == "Suspended"
+
+
+def test_failure_between_retries_reads_backoff_retry() -> None:
+    results = list(_replay(REFERENCE / "job-failed-backoff1.json"))
+    assert "BackoffRetry" in {r.reason for r in results}
+
+
+def test_deadline_exceeded_is_noticed_at_failure_target() -> None:
+    results = list(_replay(REFERENCE / "job-deadline-exceeded.json"))
+    first_failed = next(r for r in results if r.state is F)
+    assert first_failed.reason == "DeadlineExceeded"
+    assert "deadline" in first_failed.message
+
+
+# Hand-made cases ---------------------------------------------------------------------
+
+
+def _job(*conditions: tuple[str, str], suspend: bool = False, **status: Any) -> dict[str, Any]:
+    conds = [
+        {"type": t, "status": "True", "reason": r, "message": r, "lastTransitionTime": _ts(9)}
+        for t, r in conditions
+    ]
+    return {
+        "metadata": {"name": "s-1", "annotations": {"k8sjobs.io/step-name": "train"}},
+        "spec": {"suspend": suspend},
+        "status": {"startTime": _ts(0), "conditions": conds, **status},
+    }
+
+
+def _ts(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _terminated(name: str, code: int, reason: str = "Error") -> dict[str, Any]:
+    return {"name": name, "state": {"terminated": {"exitCode": code, "reason": reason}}}
+
+
+def _waiting(name: str, reason: str) -> dict[str, Any]:
+    return {"name": name, "state": {"waiting": {"reason": reason, "message": "no such image"}}}
+
+
+def _pod(phase: str, *containers: dict[str, Any], **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "s-1-abcde", "creationTimestamp": _ts(0)},
+        "status": {
+            "phase": phase,
+            "startTime": _ts(0),
+            "containerStatuses": list(containers),
+            **status,
+        },
+    }
+
+
+def _judge(job: dict[str, Any], *pods: dict[str, Any], at: float = 1) -> StepResult:
+    return judge(job, pods, now=T0 + timedelta(seconds=at), pending_grace=30)
+
+
+BACKOFF = ("Failed", "BackoffLimitExceeded")
+
+
+def test_name_comes_from_the_step_annotation() -> None:
+    assert _judge(_job()).name == "train"
+
+
+def test_no_pods_yet_is_queued() -> None:
+    assert (_judge(_job()).state, _judge(_job()).reason) == (P, "Queued")
+
+
+def test_main_exit_code_is_the_reason() -> None:
+    pod = _pod("Failed", _terminated("step", 7), _terminated("k8sjobs-push", 0))
+    result = _judge(_job(BACKOFF), pod)
+    assert (result.state, result.reason, result.exit_code) == (F, "ExitCode", 7)
+    assert "exited with code 7" in result.message and "BackoffLimitExceeded" in result.message
+
+
+def test_main_exit_code_is_preferred_over_push_container() -> None:
+    pod = _pod("Failed", _terminated("k8sjobs-push", 1), _terminated("step", 2))
+    assert _judge(_job(BACKOFF), pod).exit_code == 2
+
+
+def test_push_failure_after_success_is_output_push_failed() -> None:
+    pod = _pod("Failed", _terminated("step", 0, "Completed"), _terminated("k8sjobs-push", 1))
+    result = _judge(_job(BACKOFF), pod)
+    assert (result.reason, result.exit_code) == ("OutputPushFailed", 0)
+
+
+def test_oom_killed() -> None:
+    pod = _pod("Failed", _terminated("step", 137, "OOMKilled"))
+    result = _judge(_job(BACKOFF), pod)
+    assert (result.reason, result.exit_code) == ("OOMKilled", 137)
+
+
+def test_evicted() -> None:
+    pod = _pod("Failed", reason="Evicted", message="The node was low on resource: memory.")
+    result = _judge(_job(BACKOFF), pod)
+    assert result.reason == "Evicted" and "low on resource" in result.message
+
+
+def test_input_pull_failure() -> None:
+    pod = _pod("Failed", initContainerStatuses=[_terminated("k8sjobs-pull", 3)])
+    assert _judge(_job(BACKOFF), pod).reason == "InputPullFailed"
+
+
+def test_failed_without_pods_keeps_the_job_reason() -> None:
+    result = _judge(_job(BACKOFF))
+    assert (result.state, result.reason) == (F, "BackoffLimitExceeded")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+    ],
+)
+def test_image_errors_fail_only_after_the_grace_time(reason: str) -> None:
+    pod = _pod("Pending", _waiting("step", reason))
+    early = _judge(_job(), pod, at=29)
+    late = _judge(_job(), pod, at=31)
+    assert (early.state, early.reason) == (P, reason)
+    assert (late.state, late.reason) == (F, reason)
+    assert "after 30s" in late.message
+
+
+def test_grace_deadline_is_when_the_earliest_error_expires() -> None:
+    pod = _pod("Pending", _waiting("step", "ImagePullBackOff"))
+    assert grace_deadline([pod], 30) == T0 + timedelta(seconds=30)
+    assert grace_deadline([_pod("Running")], 30) is None
+
+
+def test_unschedulable_is_pending_with_the_scheduler_message() -> None:
+    cond = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes: Insufficient nvidia.com/gpu",
+    }
+    result = _judge(_job(), _pod("Pending", conditions=[cond]))
+    assert (result.state, result.reason) == (P, "Unschedulable")
+    assert "nvidia.com/gpu" in result.message
+
+
+def test_kueue_suspended_names_the_queue() -> None:
+    job = _job(suspend=True)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu"}
+    result = _judge(job)
+    assert (result.state, result.reason) == (P, "Suspended")
+    assert '"gpu"' in result.message
+
+
+def test_running_pod_is_running() -> None:
+    assert _judge(_job(active=1), _pod("Running")).state is R
+
+
+def test_ready_count_is_running_before_pods_are_seen() -> None:
+    assert _judge(_job(active=1, ready=1)).state is R
+
+
+def test_complete_takes_the_completion_time() -> None:
+    result = _judge(_job(("Complete", "CompletionsReached"), completionTime=_ts(5)))
+    assert (result.state, result.exit_code) == (S, 0)
+    assert result.duration == 5
