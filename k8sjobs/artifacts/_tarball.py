@@ -13,6 +13,7 @@ import os
 import posixpath
 import stat
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -81,14 +82,21 @@ def walk_sorted(root: Path) -> list[Path]:
     return sorted(out, key=lambda p: p.relative_to(root.parent).as_posix())
 
 
-def fingerprint(root: Path, compression: Compression, level: int) -> str:
-    """Return a key that changes when anything in the tree or the archive settings changes."""
+def fingerprint(root: Path, compression: Compression, level: int) -> str | None:
+    """Return a key that changes when anything in the tree or the archive settings changes.
+
+    Returns None when an entry changed in the last second: timestamps are too coarse to
+    tell such a tree from one modified again in the same tick (see _digest).
+    """
+    recent = time.time_ns() - 1_000_000_000
     hasher = hashlib.sha256(f"{os.path.realpath(root)}\0{compression}\0{level}".encode())
     for path in walk_sorted(root):
         st = path.lstat()
+        if st.st_mtime_ns >= recent:
+            return None
         hasher.update(
             f"{path.relative_to(root)}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
-            f"\0{st.st_ino}\0{st.st_ctime_ns}\n".encode()
+            f"\0{st.st_ino}\n".encode()
         )
     return "dir:" + hasher.hexdigest()
 

@@ -142,7 +142,7 @@ class _Pusher:
         key = await anyio.to_thread.run_sync(
             _tarball.fingerprint, path, opts.compression, opts.level
         )
-        cached = await anyio.to_thread.run_sync(self.cache.get, key)
+        cached = await anyio.to_thread.run_sync(self.cache.get, key) if key else None
         if cached:
             digest, size, tar_digest = cached.split()
             if await self.backend.has_blob(self.ref, digest):
@@ -150,9 +150,9 @@ class _Pusher:
         with tempfile.TemporaryDirectory(prefix="k8sjobs-push-") as tmp:
             archive = Path(tmp) / "layer"
             info = await anyio.to_thread.run_sync(self._write_archive, path, archive)
-            await anyio.to_thread.run_sync(
-                self.cache.put, key, f"{info.digest} {info.size} {info.tar_digest}"
-            )
+            if key:
+                value = f"{info.digest} {info.size} {info.tar_digest}"
+                await anyio.to_thread.run_sync(self.cache.put, key, value)
             known = (info.digest, info.size)
             await self.backend.put_blob(self.ref, archive, known, self._sent(path.name, info.size))
         return self._dir_descriptor(path, info.digest, info.size, info.tar_digest)

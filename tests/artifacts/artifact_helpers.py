@@ -1,0 +1,47 @@
+"""Helpers shared by the artifact tests (a plain module: conftest is not importable)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from k8sjobs.artifacts import RetryPolicy
+
+FAST_RETRY = RetryPolicy(attempts=4, initial_delay=0.05, max_delay=0.2, total=5.0)
+
+
+def make_tree(root: Path) -> Path:
+    """Make a small directory tree with nested files, an empty dir and a relative symlink."""
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "a.txt").write_text("alpha\n")
+    (root / "sub" / "b.bin").write_bytes(os.urandom(70_000))
+    (root / "sub" / "deeper" / "c.txt").write_text("gamma\n")
+    (root / "link").symlink_to("a.txt")
+    return root
+
+
+def old(path: Path) -> Path:
+    """Backdate a file's or a tree's mtimes so the digest cache trusts them (it ignores very
+    recent writes)."""
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.utime(p, (1_600_000_000, 1_600_000_000), follow_symlinks=False)
+    return path
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    """Return True when two trees hold the same names, file bytes and symlink targets."""
+    names_a = sorted(p.relative_to(a).as_posix() for p in a.rglob("*"))
+    names_b = sorted(p.relative_to(b).as_posix() for p in b.rglob("*"))
+    if names_a != names_b:
+        return False
+    for name in names_a:
+        pa, pb = a / name, b / name
+        if pa.is_symlink() != pb.is_symlink():
+            return False
+        if pa.is_symlink():
+            if os.readlink(pa) != os.readlink(pb):
+                return False
+        elif pa.is_file() and pa.read_bytes() != pb.read_bytes():
+            return False
+    return True
