@@ -58,4 +58,8 @@ def job_name(study: str, step: str) -> str:
     step_part = slug(step, room)
     study_part = slug(study, max(room - len(step_part) - 1, 0))
     readable = f"{study_part}-{step_part}" if len(study_part) >= 3 else step_part
+    if not readable[0].isalpha():
+        # The headless Service of a multi-node step shares this name, and a Service name
+        # must start with a letter (RFC 1035), so "2024-run" becomes "s-2024-run".
+        readable = f"s-{readable}"
     return f"{readable[:room].rstrip('-')}-{digest_suffix(study, step)}"

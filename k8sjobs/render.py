@@ -259,11 +259,7 @@ def expand_launcher(step: Step, name: str) -> str:
     res = step.resources
     script, pieces, last = step.script, [], 0
     for call in find_launcher_calls(script):
-        nodes = call.nodes or (
-            math.ceil(call.procs / res.tasks_per_node) if call.procs else res.nodes
-        )
-        nodes = min(nodes, res.nodes)
-        procs = call.procs or nodes * res.tasks_per_node
+        nodes, procs = call.counts(res)
         per_node = math.ceil(procs / nodes)
         if res.nodes > 1:
             hosts = ",".join(f"{name}-{i}.{name}:{per_node}" for i in range(nodes))

@@ -8,6 +8,7 @@ the field and the fix in the message, before anything reaches a cluster.
 
 from __future__ import annotations
 
+import difflib
 import math
 import posixpath
 import re
@@ -25,9 +26,11 @@ from pydantic import (
     Field,
     PositiveInt,
     SecretStr,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -113,6 +116,8 @@ def parse_duration(value: Any) -> timedelta | None:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a duration; write a finite number of seconds")
         return timedelta(seconds=value)
     text = str(value).strip()
     if re.fullmatch(r"\d+(\.\d+)?", text):
@@ -156,8 +161,49 @@ def _check_dns_label(value: str | None, what: str) -> str | None:
 Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
 
 
+def _field_error(model: str, loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+    """Return a ValidationError located at ``loc`` (a model validator's own errors have none)."""
+    # The message is passed as a context value so that braces in it are not format fields.
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data(
+        model, [InitErrorDetails(type=error, loc=loc, input=value)]
+    )
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields(cls, data: Any) -> Any:
+        # extra="forbid" alone says "Extra inputs are not permitted"; a typo deserves the
+        # name it was probably meant to be.
+        if not isinstance(data, dict):
+            return data
+        known = cls._known_field_names()
+        for key in data:
+            if isinstance(key, str) and key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+                hint = (
+                    f'did you mean "{close[0]}"?'
+                    if close
+                    else "known fields: " + ", ".join(sorted(cls.model_fields))
+                )
+                raise _field_error(
+                    cls.__name__,
+                    (key,),
+                    f'"{key}" is not a field of {cls.__name__}; {hint}',
+                    data[key],
+                )
+        return data
+
+    @classmethod
+    def _known_field_names(cls) -> set[str]:
+        names = set(cls.model_fields)
+        for info in cls.model_fields.values():
+            if isinstance(info.validation_alias, AliasChoices):
+                names.update(c for c in info.validation_alias.choices if isinstance(c, str))
+        return names
 
 
 class Resources(_Model):
@@ -189,14 +235,24 @@ class Resources(_Model):
     @classmethod
     def _gpu_resource_is_name(cls, value: str) -> str:
         _check_label_key(value)
+        # The API server accepts an unprefixed resource name only for its own (cpu, memory,
+        # ...), and a GPU count written over "cpu" would silently replace the cores.
+        if "/" not in value or value.split("/")[0].endswith("kubernetes.io"):
+            raise ValueError(
+                f'"{value}" is not an extended resource name; write it with its vendor '
+                'domain, e.g. "nvidia.com/gpu" or "amd.com/gpu"'
+            )
         return value
 
     @model_validator(mode="after")
     def _tasks_cover_nodes(self) -> Resources:
         if self.tasks < self.nodes:
-            raise ValueError(
+            raise _field_error(
+                "Resources",
+                ("tasks",),
                 f"tasks ({self.tasks}) is smaller than nodes ({self.nodes}): some nodes "
-                "would run nothing; raise tasks or lower nodes"
+                "would run nothing; raise tasks or lower nodes",
+                self.tasks,
             )
         return self
 
@@ -239,6 +295,23 @@ class Toleration(_Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
 
+    @model_validator(mode="after")
+    def _fits_kubernetes_rules(self) -> Toleration:
+        # The API server's own rules, checked here so that a bad toleration fails before
+        # anything is sent rather than as a rejected Job.
+        if self.operator == "Exists" and self.value:
+            message, loc = (
+                'operator "Exists" takes no value; drop the value or use "Equal"',
+                "value",
+            )
+        elif self.key is None and self.operator != "Exists":
+            message, loc = 'a toleration without a key must use operator "Exists"', "operator"
+        elif self.toleration_seconds is not None and self.effect != "NoExecute":
+            message, loc = 'toleration_seconds needs effect "NoExecute"', "effect"
+        else:
+            return self
+        raise _field_error("Toleration", (loc,), message, getattr(self, loc))
+
 
 class StepOutput(_Model):
     """A named output of a step, used as another step's input before it exists."""
@@ -254,6 +327,23 @@ class LauncherCall(_Model):
     end: int
     nodes: int | None = None
     procs: int | None = None
+
+    def counts(self, resources: Resources) -> tuple[int, int]:
+        """Return the (nodes, processes) this call launches within ``resources``.
+
+        Bare ``$(LAUNCHER)`` runs all ``tasks`` on all nodes; ``[Np]`` fills as few nodes
+        as hold N processes; ``[Nn]`` runs the tasks those N nodes hold.
+        """
+        per_node = resources.tasks_per_node
+        if self.nodes is not None:
+            nodes = self.nodes
+        elif self.procs is not None:
+            nodes = math.ceil(self.procs / per_node)
+        else:
+            nodes = resources.nodes
+        nodes = min(nodes, resources.nodes)
+        procs = self.procs or min(resources.tasks, nodes * per_node)
+        return nodes, procs
 
 
 def find_launcher_calls(script: str) -> list[LauncherCall]:
@@ -487,16 +577,31 @@ class Step(_Model):
     @model_validator(mode="after")
     def _launcher_counts_fit(self) -> Step:
         res = self.resources
-        for call in find_launcher_calls(self.script):
+        try:
+            calls = find_launcher_calls(self.script)
+        except ValueError as error:
+            raise _field_error("Step", ("script",), str(error), self.script) from None
+        for call in calls:
             text = self.script[call.start : call.end]
             if call.procs is not None and call.procs > res.tasks:
-                raise ValueError(
-                    f"script: {text} asks for {call.procs} processes but resources.tasks is "
+                message = (
+                    f"{text} asks for {call.procs} processes but resources.tasks is "
                     f"{res.tasks}; raise resources.tasks or lower the count"
                 )
-            if call.nodes is not None and call.nodes > res.nodes:
-                raise ValueError(
-                    f"script: {text} asks for {call.nodes} nodes but resources.nodes is "
+            elif call.nodes is not None and call.nodes > res.nodes:
+                message = (
+                    f"{text} asks for {call.nodes} nodes but resources.nodes is "
                     f"{res.nodes}; raise resources.nodes or lower the count"
                 )
+            elif call.counts(res)[1] > call.counts(res)[0] * res.tasks_per_node:
+                nodes, procs = call.counts(res)
+                message = (
+                    f"{text} puts {procs} processes on {nodes} node(s), but each node (pod) "
+                    f"has room for {res.tasks_per_node} tasks; ask for more nodes "
+                    f"($(LAUNCHER)[{math.ceil(procs / res.tasks_per_node)}n, {procs}p]) "
+                    "or fewer processes"
+                )
+            else:
+                continue
+            raise _field_error("Step", ("script",), f"script: {message}", text)
         return self
