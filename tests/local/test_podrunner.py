@@ -514,60 +514,19 @@ async def test_status_moves_through_the_kubelets_shapes(cluster: Cluster) -> Non
     seen = cluster.statuses
     assert seen[-1] == final
     assert [s["phase"] for s in seen] == ["Pending"] * 4 + ["Running", "Running", "Succeeded"]
+    not_ready = "False ContainersNotReady"
+    initializing = "False ContainersNotInitialized"
     assert [conditions(s) for s in seen] == [
-        {
-            "PodReadyToStartContainers": "False",
-            "Initialized": "False ContainersNotInitialized",
-            "Ready": "False ContainersNotReady",
-            "ContainersReady": "False ContainersNotReady",
-            "PodScheduled": "True",
-        },
-        {
-            "PodReadyToStartContainers": "True",
-            "Initialized": "False ContainersNotInitialized",
-            "Ready": "False ContainersNotReady",
-            "ContainersReady": "False ContainersNotReady",
-            "PodScheduled": "True",
-        },
-        {
-            "PodReadyToStartContainers": "True",
-            "Initialized": "False ContainersNotInitialized",
-            "Ready": "False ContainersNotReady",
-            "ContainersReady": "False ContainersNotReady",
-            "PodScheduled": "True",
-        },
-        *[
-            {
-                "PodReadyToStartContainers": "True",
-                "Initialized": "True",
-                "Ready": "False ContainersNotReady",
-                "ContainersReady": "False ContainersNotReady",
-                "PodScheduled": "True",
-            }
-        ]
-        * 1,
-        {
-            "PodReadyToStartContainers": "True",
-            "Initialized": "True",
-            "Ready": "True",
-            "ContainersReady": "True",
-            "PodScheduled": "True",
-        },
-        {
-            "PodReadyToStartContainers": "True",
-            "Initialized": "True",
-            "Ready": "False ContainersNotReady",
-            "ContainersReady": "False ContainersNotReady",
-            "PodScheduled": "True",
-        },
-        {
-            "PodReadyToStartContainers": "True",
-            "Initialized": "True",
-            "Ready": "False PodCompleted",
-            "ContainersReady": "False PodCompleted",
-            "PodScheduled": "True",
-        },
+        expected_conditions("False", initializing, not_ready),
+        expected_conditions("True", initializing, not_ready),
+        expected_conditions("True", initializing, not_ready),
+        expected_conditions("True", "True", not_ready),
+        expected_conditions("True", "True", "True"),
+        expected_conditions("True", "True", not_ready),
+        expected_conditions("True", "True", "False PodCompleted"),
     ]
+    assert [c["type"] for c in final["conditions"]] == list(expected_conditions("", "", ""))
+    assert seen[0]["conditions"][2]["message"] == "containers with unready status: [main]"
     assert [list(state(s, "init")) + list(state(s, "main")) for s in seen] == [
         ["waiting", "waiting"],
         ["waiting", "waiting"],
@@ -601,8 +560,46 @@ async def test_status_moves_through_the_kubelets_shapes(cluster: Cluster) -> Non
     assert (running["ready"], running["started"]) == (True, True)
 
 
+def expected_conditions(ready_to_start: str, initialized: str, ready: str) -> dict[str, str]:
+    """Return conditions as ``conditions`` shows them, in a kubelet's order."""
+    return {
+        "PodReadyToStartContainers": ready_to_start,
+        "Initialized": initialized,
+        "Ready": ready,
+        "ContainersReady": ready,
+        "PodScheduled": "True",
+    }
+
+
 def conditions(status: Mapping[str, Any]) -> dict[str, str]:
+    """Return each condition's type mapped to its status and reason, in the status's order."""
     return {
         c["type"]: " ".join(filter(None, [c["status"], c.get("reason")]))
         for c in status["conditions"]
     }
+
+
+async def test_the_event_loop_keeps_turning_while_pods_run(cluster: Cluster) -> None:
+    cluster.configmaps["cm"] = {f"file-{i}": "x" * 10_000 for i in range(50)}
+    pod = make_pod(
+        [
+            container(
+                "main",
+                "sh",
+                "-c",
+                "sleep 1",
+                resources={"limits": {"memory": "1Gi"}},
+                volumeMounts=[mount("cm", "/cm")],
+            )
+        ],
+        volumes=[configmap_volume("cm", "cm")],
+    )
+    task = asyncio.create_task(cluster.run(pod))
+    loop = asyncio.get_running_loop()
+    longest = 0.0
+    while not task.done():
+        before = loop.time()
+        await asyncio.sleep(0.005)
+        longest = max(longest, loop.time() - before)
+    assert (await task)["phase"] == "Succeeded"
+    assert longest < 0.05
