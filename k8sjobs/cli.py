@@ -1,0 +1,318 @@
+"""The ``k8sjobs`` command: run, watch and inspect studies from a shell.
+
+    k8sjobs run examples/pipeline/study.yaml --backend local
+    k8sjobs status --study pipeline
+    k8sjobs logs --study pipeline aggregate
+    k8sjobs cancel --study pipeline
+    k8sjobs render examples/pipeline/study.yaml | kubectl apply -f -
+    k8sjobs report pipeline -o timeline.html
+
+Exit codes: 0 every step succeeded, 1 a step did not, 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .errors import K8sJobsError
+from .render import Target, render
+from .session import Session
+from .spec import Step
+from .state import StepResult, StepState
+from .study import StepRecord, Study, StudyRun, load_study, parse_study, summarize
+
+__all__ = ["main"]
+
+_STYLE = {
+    StepState.PENDING: "dim",
+    StepState.RUNNING: "cyan",
+    StepState.SUCCEEDED: "green",
+    StepState.FAILED: "bold red",
+    StepState.CANCELLED: "yellow",
+    StepState.LOST: "magenta",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the k8sjobs command line; return its exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        outcome = args.func(args)
+        return int(asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome)
+    except KeyboardInterrupt:
+        return 130
+    except (K8sJobsError, ValidationError, ValueError, OSError) as exc:
+        error = Text("error: ", style="bold red").append(str(exc))
+        Console(stderr=True, soft_wrap=True).print(error, highlight=False)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="k8sjobs", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".k8sjobs"),
+        help="where runs, logs and local artifacts are kept (default .k8sjobs)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run a study file")
+    run.add_argument("study", type=Path, help="the study YAML file")
+    _add_target(run)
+    run.add_argument("--max-parallel", type=int, default=None, help="steps running at once")
+    run.add_argument("--name", help="study name (default: the file's name field)")
+    run.add_argument("--keep-failed", action="store_true", help="keep failed Jobs for debugging")
+    run.add_argument("--plain", action="store_true", help="plain line output, even on a terminal")
+    run.set_defaults(func=_cmd_run)
+
+    for name, helptext, func in (
+        ("status", "show the steps of a study", _cmd_status),
+        ("cancel", "cancel a study's running steps", _cmd_cancel),
+    ):
+        sub = commands.add_parser(name, help=helptext)
+        sub.add_argument("--study", required=True, help="the study name")
+        sub.add_argument("steps", nargs="*", help="only these steps")
+        _add_target(sub)
+        sub.set_defaults(func=func)
+
+    logs = commands.add_parser("logs", help="print a step's log")
+    logs.add_argument("--study", required=True)
+    logs.add_argument("step")
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("--container", default=None)
+    _add_target(logs)
+    logs.set_defaults(func=_cmd_logs)
+
+    rend = commands.add_parser("render", help="print the Kubernetes YAML of a step or study")
+    rend.add_argument("file", type=Path, help="a study file, or a file holding one step")
+    rend.add_argument("--namespace", default="default")
+    rend.add_argument("--registry", help="artifact store for steps with inputs or outputs")
+    rend.add_argument("--study", help="study name (default: the file's)")
+    rend.set_defaults(func=_cmd_render)
+
+    report = commands.add_parser("report", help="write a study's timeline as HTML")
+    report.add_argument("study", help="the study name or study file")
+    report.add_argument("-o", "--output", type=Path, help="HTML file (default <study>.html)")
+    report.set_defaults(func=_cmd_report)
+
+    _add_optional_commands(commands)
+    return parser
+
+
+def _add_optional_commands(commands: Any) -> None:
+    try:  # TODO(integration): unconditional once k8sjobs.artifacts.cli lands
+        from .artifacts.cli import add_artifact_commands
+    except ImportError:
+        return
+    add_artifact_commands(commands)
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("local", "kubernetes"),
+        default="local",
+        help="where steps run (default local: processes on this machine)",
+    )
+    parser.add_argument("--namespace", default=None)
+    parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--context", default=None)
+    parser.add_argument(
+        "--registry", default=None, help="artifact store: host:port/prefix or oci:/path"
+    )
+    parser.add_argument("--plain-http", action="store_true", help="talk HTTP to the registry")
+
+
+def _session(args: argparse.Namespace, study: str) -> Session:
+    return Session(
+        study=study,
+        backend=args.backend,
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        store=args.registry,
+        plain_http=args.plain_http,
+        log_dir=args.state_dir / "logs",
+        keep_failed=getattr(args, "keep_failed", False),
+        options={"state_dir": args.state_dir} if args.backend == "local" else None,
+    )
+
+
+async def _cmd_run(args: argparse.Namespace) -> int:
+    study = load_study(args.study, name=args.name)
+    console = Console()
+    display = _Progress(study, console, live=console.is_terminal and not args.plain)
+    async with _session(args, study.name) as session:
+        run = StudyRun(study, session, max_parallel=args.max_parallel, on_change=display.update)
+        try:
+            with display:
+                results = await run.run()
+        finally:
+            path = run.save(args.state_dir / "runs")
+            display.summary([r.result for r in run.records.values()], path)
+    return 0 if all(r.ok for r in results) else 1
+
+
+async def _attach(args: argparse.Namespace) -> tuple[Session, list[Any]]:
+    session = _session(args, args.study)
+    await session.start()
+    handles = await session.attach(args.study)
+    if args.steps:
+        handles = [h for h in handles if h.name in args.steps]
+    return session, handles
+
+
+async def _cmd_status(args: argparse.Namespace) -> int:
+    session, handles = await _attach(args)
+    try:
+        if not handles:
+            print(f'study "{args.study}": no steps found', file=sys.stderr)
+            return 1
+        Console().print(_table([h.result for h in handles]))
+        return 0 if all(h.result.ok for h in handles) else 1
+    finally:
+        await session.aclose()
+
+
+async def _cmd_cancel(args: argparse.Namespace) -> int:
+    session, handles = await _attach(args)
+    try:
+        live = [h for h in handles if not h.done]
+        await asyncio.gather(*(h.cancel() for h in live))
+        for handle in live:
+            print(f"{handle.name}: cancelled")
+        if not live:
+            print(f'study "{args.study}": nothing running to cancel')
+        return 0
+    finally:
+        await session.aclose()
+
+
+async def _cmd_logs(args: argparse.Namespace) -> int:
+    session, handles = await _attach(args)
+    try:
+        found = [h for h in handles if h.name == args.step]
+        if not found:
+            names = ", ".join(h.name for h in handles) or "none"
+            print(
+                f'study "{args.study}" has no step "{args.step}" (steps: {names})', file=sys.stderr
+            )
+            return 1
+        handle = found[0]
+        if args.follow:
+            async for line in handle.stream_logs(container=args.container):
+                print(line, flush=True)
+        else:
+            sys.stdout.write(await handle.logs(container=args.container))
+        return 0
+    finally:
+        await session.aclose()
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    text = args.file.read_text()
+    data = yaml.safe_load(text)
+    if isinstance(data, dict) and "steps" in data:
+        study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
+        steps, name = list(study.steps), study.name
+    else:
+        steps, name = [Step(**data)], args.study or "default"
+    target = Target(study=name, namespace=args.namespace, store=args.registry)
+    sys.stdout.write("---\n".join(render(step, target).to_yaml() for step in steps))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import json
+
+    from .names import label_value
+    from .report import timeline_html
+
+    name = args.study
+    if name.endswith((".yaml", ".yml")) and Path(name).exists():
+        name = load_study(name).name
+    path = args.state_dir / "runs" / f"{label_value(name)}.json"
+    if not path.exists():
+        print(f'no recorded run of study "{name}" in {path.parent}; run it first', file=sys.stderr)
+        return 1
+    output = args.output or Path(f"{name}.html")
+    output.write_text(timeline_html(json.loads(path.read_text())))
+    print(f"wrote {output}")
+    return 0
+
+
+def _table(results: Sequence[StepResult]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("step", "state", "duration", "reason"):
+        table.add_column(column)
+    for r in results:
+        duration = "" if r.duration is None else f"{r.duration:.1f}s"
+        # Text, not markup: step names such as "transform[SHARD=0]" look like rich tags.
+        state = Text(str(r.state), style=_STYLE[r.state])
+        table.add_row(Text(r.name), state, duration, Text(r.message or r.reason))
+    return table
+
+
+class _Progress:
+    """Shows a run: a live table on a terminal, one line per change elsewhere."""
+
+    def __init__(self, study: Study, console: Console, *, live: bool) -> None:
+        self.console = console
+        self.start = time.monotonic()
+        self.records: dict[str, StepResult] = {s.name: StepResult(name=s.name) for s in study.steps}
+        self._live = Live(self._render(), console=console, refresh_per_second=4) if live else None
+
+    def __enter__(self) -> _Progress:
+        if self._live:
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live:
+            self._live.update(self._render())
+            self._live.__exit__(None, None, None)
+
+    def update(self, record: StepRecord) -> None:
+        result = record.result
+        before = self.records.get(result.name)
+        self.records[result.name] = result
+        if self._live:
+            self._live.update(self._render())
+        elif before is None or before.state is not result.state:
+            why = f" ({result.message or result.reason})" if result.state.terminal else ""
+            elapsed = time.monotonic() - self.start
+            print(f"[{elapsed:7.1f}s] {result.name}: {result.state}{why}", flush=True)
+
+    def _render(self) -> Table:
+        return _table(list(self.records.values()))
+
+    def summary(self, results: Sequence[StepResult], saved: Path) -> None:
+        counts = summarize(results)
+        elapsed = time.monotonic() - self.start
+        text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
+        self.console.print(f"\n{len(results)} steps in {elapsed:.1f}s: {text}", highlight=False)
+        for r in results:
+            if not r.ok:
+                where = f"; log: {r.log_file}" if r.log_file else ""
+                self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
+        self.console.print(
+            f"timeline: k8sjobs report {saved.stem} (run data in {saved})", highlight=False
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

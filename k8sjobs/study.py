@@ -1,0 +1,453 @@
+"""Studies: a YAML file of steps, validated by the Step model, run as a DAG.
+
+    name: pipeline
+    defaults:
+      image: python:3.12-slim
+      resources: {cores_per_task: 1, memory: 256Mi}
+    steps:
+      - name: produce
+        script: python3 make_data.py > data.csv
+        outputs: {data: data.csv}
+      - name: transform
+        parameters: {SHARD: [0, 1, 2]}      # fans out: one step per value, $SHARD in env
+        inputs: {data: produce.data}        # another step's output: "<step>.<output>"
+        script_file: transform.sh           # relative to the study file
+        outputs: {part: part.csv}
+      - name: aggregate
+        inputs: {parts: transform.part}     # one input per instance: parts-shard-0, ...
+        script: cat $K8SJOBS_INPUTS/parts-*/part.csv > total.csv
+
+A step runs once every step it depends on (``depends``, or through its inputs) has
+succeeded; when one fails, its dependents end FAILED with reason "DependencyFailed"
+without running. Errors in the file name the line and the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import StudyError
+from .handle import StepHandle
+from .names import label_value
+from .session import Session
+from .spec import Step, StepOutput
+from .state import StepResult, StepState
+
+__all__ = ["Study", "StudyRun", "load_study"]
+
+_STUDY_KEYS = {"name", "description", "defaults", "steps"}
+_EXTRA_STEP_KEYS = {"script_file", "depends", "parameters", "backend"}
+_MERGED = ("resources", "env", "labels", "annotations", "node_selector")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named set of steps, expanded (one Step per parameter value) and checked."""
+
+    name: str
+    steps: tuple[Step, ...]
+    depends: Mapping[str, tuple[str, ...]]
+    backends: Mapping[str, str | None] = field(default_factory=dict)
+    description: str = ""
+
+    def step(self, name: str) -> Step:
+        """Return the step called ``name``."""
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(f'study "{self.name}" has no step "{name}"')
+
+
+def load_study(path: str | Path, *, name: str | None = None) -> Study:
+    """Return the study described by the YAML file at ``path`` (errors name line and field)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise StudyError(f"{path}: cannot read the study file: {exc.strerror}") from None
+    return parse_study(text, base_dir=path.parent, source=str(path), name=name)
+
+
+def parse_study(
+    text: str, *, base_dir: Path = Path("."), source: str = "<study>", name: str | None = None
+) -> Study:
+    """Return the study described by YAML ``text``; ``script_file`` is read from ``base_dir``."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{source}: not valid YAML: {exc}") from None
+    lines = _line_index(node) if node is not None else {}
+    where = _Locator(source, lines)
+    if not isinstance(data, dict):
+        raise StudyError(f"{source}: a study is a mapping with name, defaults and steps")
+    unknown = set(data) - _STUDY_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise StudyError(
+            f'{where(key)}: unknown key "{key}"; a study has: {", ".join(sorted(_STUDY_KEYS))}'
+        )
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise StudyError(f"{where('steps')}: a study needs a non-empty list of steps")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise StudyError(f"{where('defaults')}: defaults must be a mapping of step fields")
+    study_name = name or str(data.get("name") or Path(source).stem)
+    raw = [_merge(defaults, s, where, i) for i, s in enumerate(steps)]
+    return _expand(study_name, raw, base_dir, where, str(data.get("description") or ""))
+
+
+class _Locator:
+    """Turns a path in the study document into "file:line" for error messages."""
+
+    def __init__(self, source: str, lines: Mapping[tuple[Any, ...], int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def __call__(self, *path: Any) -> str:
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.lines:
+                return f"{self.source}:{self.lines[path[:end]]}"
+        return self.source
+
+
+def _line_index(node: yaml.Node, path: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], int]:
+    lines = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            lines[(*path, key.value)] = key.start_mark.line + 1
+            lines.update(_line_index(value, (*path, key.value)))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.update(_line_index(item, (*path, i)))
+    return lines
+
+
+def _merge(defaults: Mapping[str, Any], step: Any, where: _Locator, index: int) -> dict[str, Any]:
+    if not isinstance(step, dict):
+        raise StudyError(f"{where('steps', index)}: each step is a mapping with a name and script")
+    merged = {**defaults, **step, "_index": index}
+    for key in _MERGED:
+        if isinstance(defaults.get(key), dict) and isinstance(step.get(key), dict):
+            merged[key] = {**defaults[key], **step[key]}
+    return merged
+
+
+def _expand(
+    study: str, raw: list[dict[str, Any]], base_dir: Path, where: _Locator, description: str
+) -> Study:
+    names = [str(s.get("name", "")) for s in raw]
+    for i, name in enumerate(names):
+        if not name:
+            raise StudyError(f"{where('steps', i)}: step {i + 1} has no name")
+        if names.count(name) > 1:
+            raise StudyError(f'{where("steps", i, "name")}: two steps are called "{name}"')
+    instances = {s["name"]: _instances(s, where) for s in raw}
+    steps: list[Step] = []
+    depends: dict[str, tuple[str, ...]] = {}
+    backends: dict[str, str | None] = {}
+    problems: list[str] = []
+    for spec in raw:
+        for instance_name, params in instances[spec["name"]]:
+            try:
+                step, deps = _build(spec, instance_name, params, instances, base_dir, where)
+            except StudyError as exc:  # report every bad step at once, not one per run
+                problems.append(str(exc))
+                break
+            steps.append(step)
+            depends[instance_name] = deps
+            backends[instance_name] = spec.get("backend")
+    if problems:
+        raise StudyError("\n".join(problems))
+    _check_acyclic(depends, where)
+    return Study(study, tuple(steps), depends, backends, description)
+
+
+def _instances(spec: Mapping[str, Any], where: _Locator) -> list[tuple[str, dict[str, str]]]:
+    params = spec.get("parameters") or {}
+    index = spec["_index"]
+    if not isinstance(params, dict) or not all(isinstance(v, list) and v for v in params.values()):
+        raise StudyError(
+            f"{where('steps', index, 'parameters')}: parameters map a name to a non-empty "
+            "list of values, e.g. {SHARD: [0, 1, 2]}"
+        )
+    if not params:
+        return [(spec["name"], {})]
+    keys = sorted(params)
+    combos = itertools.product(*(params[k] for k in keys))
+    result = []
+    for combo in combos:
+        values = {k: str(v) for k, v in zip(keys, combo, strict=True)}
+        suffix = ",".join(f"{k}={v}" for k, v in values.items())
+        result.append((f"{spec['name']}[{suffix}]", values))
+    return result
+
+
+def _build(
+    spec: Mapping[str, Any],
+    name: str,
+    params: Mapping[str, str],
+    instances: Mapping[str, list[tuple[str, dict[str, str]]]],
+    base_dir: Path,
+    where: _Locator,
+) -> tuple[Step, tuple[str, ...]]:
+    index = spec["_index"]
+    fields = {k: v for k, v in spec.items() if k not in _EXTRA_STEP_KEYS and k != "_index"}
+    fields["name"] = name
+    if "script_file" in spec:
+        if "script" in spec:
+            raise StudyError(f"{where('steps', index, 'script')}: give script or script_file")
+        script_path = base_dir / str(spec["script_file"])
+        try:
+            fields["script"] = script_path.read_text()
+        except OSError as exc:
+            raise StudyError(
+                f"{where('steps', index, 'script_file')}: cannot read {script_path}: {exc.strerror}"
+            ) from None
+    if params:
+        fields["env"] = {**(fields.get("env") or {}), **params}
+    deps: list[str] = []
+    fields["inputs"] = _inputs(spec, instances, deps, where)
+    for dep in spec.get("depends") or []:
+        if dep not in instances:
+            raise StudyError(f'{where("steps", index, "depends")}: no step is called "{dep}"')
+        deps += [n for n, _ in instances[dep]]
+    try:
+        step = Step(**fields)
+    except ValidationError as exc:
+        raise StudyError(_describe(exc, spec, where)) from None
+    return step, tuple(dict.fromkeys(deps))
+
+
+def _inputs(
+    spec: Mapping[str, Any],
+    instances: Mapping[str, list[tuple[str, dict[str, str]]]],
+    deps: list[str],
+    where: _Locator,
+) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    for key, value in (spec.get("inputs") or {}).items():
+        producer, output = _producer(value, instances)
+        if producer is None:
+            inputs[key] = value
+            continue
+        copies = instances[producer]
+        for instance, params in copies:
+            suffix = "-".join(f"{k.lower()}-{v}" for k, v in params.items())
+            name = f"{key}-{suffix}" if len(copies) > 1 or params else key
+            inputs[name] = StepOutput(step=instance, output=output)
+            deps.append(instance)
+    return inputs
+
+
+def _producer(
+    value: Any, instances: Mapping[str, list[tuple[str, dict[str, str]]]]
+) -> tuple[str | None, str]:
+    """Return (step, output) when ``value`` names another step's output, else (None, "")."""
+    if isinstance(value, dict) and set(value) == {"step", "output"}:
+        return str(value["step"]), str(value["output"])
+    if isinstance(value, str) and "." in value:
+        step, _, output = value.rpartition(".")
+        if step in instances:
+            return step, output
+    return None, ""
+
+
+def _describe(exc: ValidationError, spec: Mapping[str, Any], where: _Locator) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        path = ("steps", spec["_index"], *loc)
+        if path[:3] not in where.lines and ("defaults", *loc) in where.lines:
+            path = ("defaults", *loc)
+        field_name = ".".join(str(p) for p in loc) or "step"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field (a typo?)"
+        lines.append(f'{where(*path)}: step "{spec["name"]}": {field_name}: {message}')
+    return "\n".join(lines)
+
+
+def _check_acyclic(depends: Mapping[str, tuple[str, ...]], where: _Locator) -> None:
+    done: set[str] = set()
+    visiting: set[str] = set()
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        if name in done:
+            return
+        if name in visiting:
+            cycle = " -> ".join((*trail, name))
+            raise StudyError(f"{where.source}: the steps depend on each other in a cycle: {cycle}")
+        visiting.add(name)
+        for dep in depends[name]:
+            visit(dep, (*trail, name))
+        visiting.discard(name)
+        done.add(name)
+
+    for name in depends:
+        visit(name, ())
+
+
+@dataclass
+class StepRecord:
+    """What the runner knows of one step: its latest result and when it was queued."""
+
+    result: StepResult
+    queued_at: datetime | None = None
+    backend: str | None = None
+
+
+class StudyRun:
+    """Runs a Study's DAG on a Session, at most ``max_parallel`` steps at once.
+
+    ``on_change(record)`` is called whenever a step changes state; ``records`` holds every
+    step's latest state, including those not yet submitted (PENDING, reason "Waiting").
+    """
+
+    def __init__(
+        self,
+        study: Study,
+        session: Session,
+        *,
+        max_parallel: int | None = None,
+        on_change: Callable[[StepRecord], None] | None = None,
+    ) -> None:
+        self.study = study
+        self.session = session
+        self.records = {
+            s.name: StepRecord(StepResult(name=s.name, reason="Waiting"), backend=None)
+            for s in study.steps
+        }
+        self._gate = asyncio.Semaphore(max_parallel) if max_parallel else None
+        self._on_change = on_change
+        self._done: dict[str, asyncio.Event] = {s.name: asyncio.Event() for s in study.steps}
+        self.started = time.time()
+
+    async def run(self) -> list[StepResult]:
+        """Run every step; return their results in study order. Cancel to stop them all."""
+        tasks = [asyncio.create_task(self._run_step(s)) for s in self.study.steps]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.shield(self._cancel_all())
+            raise
+        return [self.records[s.name].result for s in self.study.steps]
+
+    async def _run_step(self, step: Step) -> None:
+        try:
+            for dep in self.study.depends[step.name]:
+                await self._done[dep].wait()
+            failed = [d for d in self.study.depends[step.name] if not self._result(d).ok]
+            if failed:
+                why = "; ".join(self._result(d).describe() for d in failed)
+                self._set(step.name, state=StepState.FAILED, reason="DependencyFailed",
+                          message=f"not run: upstream {why}")  # fmt: skip
+                return
+            if self._gate is None:
+                await self._submit_and_wait(step)
+            else:
+                async with self._gate:
+                    await self._submit_and_wait(step)
+        finally:
+            self._done[step.name].set()
+
+    async def _submit_and_wait(self, step: Step) -> None:
+        record = self.records[step.name]
+        record.queued_at = datetime.now().astimezone()
+        backend = self.study.backends.get(step.name)
+        try:
+            handle = await self.session.submit(step, backend=backend)  # type: ignore[arg-type]
+        except Exception as exc:
+            self._set(step.name, state=StepState.FAILED, reason="SubmitFailed", message=str(exc))
+            return
+        record.backend = handle.backend.kind
+        handle.add_listener(self._forward)
+        self._forward(handle)
+        await handle.wait()
+
+    async def _cancel_all(self) -> None:
+        cancelled = await self.session.cancel_all()
+        for handle in cancelled:
+            self._forward(handle)
+        for name, record in self.records.items():
+            if not record.result.state.terminal:
+                self._set(name, state=StepState.CANCELLED, reason="Cancelled",
+                          message="stopped before it ended")  # fmt: skip
+
+    def _forward(self, handle: StepHandle) -> None:
+        record = self.records[handle.name]
+        record.result = handle.result
+        if self._on_change:
+            self._on_change(record)
+
+    def _result(self, name: str) -> StepResult:
+        return self.records[name].result
+
+    def _set(self, name: str, **changes: Any) -> None:
+        record = self.records[name]
+        record.result = record.result.evolve(**changes)
+        if self._on_change:
+            self._on_change(record)
+
+    def save(self, directory: Path) -> Path:
+        """Write the run's timeline (each step's queued, start, end, state) as JSON; return it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{label_value(self.study.name)}.json"
+        path.write_text(json.dumps(self.timeline(), indent=2))
+        return path
+
+    def timeline(self) -> dict[str, Any]:
+        """Return the run as plain data: study, start, and per step its spans and outcome."""
+        return {
+            "study": self.study.name,
+            "started": self.started,
+            "steps": [_record_json(self.records[s.name]) for s in self.study.steps],
+        }
+
+
+def _record_json(record: StepRecord) -> dict[str, Any]:
+    r = record.result
+
+    def stamp(value: datetime | None) -> float | None:
+        return None if value is None else value.timestamp()
+
+    return {
+        "name": r.name,
+        "state": str(r.state),
+        "reason": r.reason,
+        "message": r.message,
+        "exit_code": r.exit_code,
+        "backend": record.backend,
+        "queued": stamp(record.queued_at),
+        "started": stamp(r.started_at),
+        "finished": stamp(r.finished_at),
+        "outputs": dict(r.outputs),
+    }
+
+
+def summarize(results: Iterable[StepResult]) -> dict[str, int]:
+    """Return how many steps ended in each state (only the states that occurred)."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[str(result.state)] = counts.get(str(result.state), 0) + 1
+    return counts
+
+
+def failed_steps(results: Sequence[StepResult]) -> list[StepResult]:
+    """Return the results that are not SUCCEEDED."""
+    return [r for r in results if not r.ok]
