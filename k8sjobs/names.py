@@ -10,6 +10,7 @@ kept in an annotation (see ``render``).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 __all__ = [
@@ -37,8 +38,9 @@ def is_dns_label(text: str) -> bool:
 
 
 def digest_suffix(*parts: str) -> str:
-    """Return a short, stable hash of ``parts`` (NUL-joined so that ("a", "bc") != ("ab", "c"))."""
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:_HASH_LEN]
+    """Return a short, stable hash of ``parts``, where ("a", "bc") and ("ab", "c") differ."""
+    # JSON, not a separator: with "\0".join, ("abc\0", "x") and ("abc", "\0x") collided.
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:_HASH_LEN]
 
 
 def slug(text: str, limit: int) -> str:
