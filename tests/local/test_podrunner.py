@@ -15,6 +15,8 @@ import anyio
 import pytest
 
 from k8sjobs.local.podrunner import PodRunner
+from k8sjobs.render import render
+from k8sjobs.spec import Step
 
 
 @dataclass
@@ -603,3 +605,24 @@ async def test_the_event_loop_keeps_turning_while_pods_run(cluster: Cluster) -> 
         longest = max(longest, loop.time() - before)
     assert (await task)["phase"] == "Succeeded"
     assert longest < 0.05
+
+
+async def test_a_rendered_step_runs_unchanged(cluster: Cluster) -> None:
+    script = 'echo hi > "$K8SJOBS_WORKDIR/out"; cat out; pwd; echo "$K8SJOBS_ENTRYPOINT"'
+    step = Step(name="hello", image="python:3.11", shell="bash", script=script)
+    manifests = render(step)
+    template = manifests.job["spec"]["template"]
+    pod = {
+        "metadata": {**template["metadata"], "name": "hello-0-x1y2z", "namespace": "demo"},
+        "spec": template["spec"],
+    }
+    configmap = manifests.configmap
+    cluster.configmaps[configmap["metadata"]["name"]] = configmap["data"]
+    status = await cluster.run(pod)
+    assert status["phase"] == "Succeeded", status
+    volumes = cluster.sandbox(pod) / "volumes"
+    assert cluster.runner.log_path("hello-0-x1y2z", "step").read_text().splitlines() == [
+        "hi",
+        f"{volumes}/work",
+        f"{volumes}/entrypoint/entrypoint",
+    ]
