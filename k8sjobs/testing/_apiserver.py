@@ -1,0 +1,546 @@
+"""The HTTP face of the fake cluster: the Kubernetes REST API over aiohttp.
+
+One catch-all route parses the URL into (verb, resource, namespace, name, subresource), the
+way the real API server's request-info resolver does, then calls the store. Every request is
+counted (tests assert on reads while waiting), may be delayed or failed by `Faults`, and
+every error leaves as a `Status` body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from k8sjobs.testing import _errors, _patch, _selectors
+from k8sjobs.testing._discovery import DISCOVERY
+from k8sjobs.testing._errors import ApiError
+from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
+from k8sjobs.testing._resources import RESOURCES, Resource
+from k8sjobs.testing._store import Obj, Store, copy_obj
+
+_PREFIXES = {"/api/v1": "", "/apis/batch/v1": "batch"}
+_JSON = "application/json"
+_DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+class LogSource(Protocol):
+    """Where pod logs come from (the kubelet)."""
+
+    def read_log(self, namespace: str, pod: str, container: str, previous: bool) -> bytes:
+        """Return the container's log so far."""
+
+    def log_running(self, namespace: str, pod: str, container: str) -> bool:
+        """Return whether the container may still write to its log."""
+
+
+class ApiServer:
+    """An aiohttp application serving the store through the Kubernetes REST API."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        faults: Faults,
+        requests: RequestLog,
+        logs: LogSource | None = None,
+        token: str | None = None,
+        bookmark_interval: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.faults = faults
+        self.requests = requests
+        self.logs = logs
+        self.token = token
+        self.bookmark_interval = bookmark_interval
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._discovery: dict[str, Any] = DISCOVERY
+
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None
+    ) -> int:
+        """Start serving; return the bound port (random unless `port` is given)."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop serving, ending open watches first so that shutdown does not wait on them."""
+        self.store.drop_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            self._authenticate(request)
+            return await self._dispatch(request)
+        except ApiError as error:
+            return _status_response(error)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _status_response(_errors.bad_request(f"the body is not valid JSON: {exc}"))
+
+    def _authenticate(self, request: web.Request) -> None:
+        if self.token is None:
+            return
+        if request.headers.get("Authorization", "") != f"Bearer {self.token}":
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if path in self._discovery:
+            return _json_response(self._discovery[path])
+        if path in ("/healthz", "/readyz", "/livez"):
+            return web.Response(text="ok")
+        prefix = next((p for p in _PREFIXES if path == p or path.startswith(p + "/")), None)
+        if prefix is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        resource, namespace, name, sub = _parse(path[len(prefix) :], _PREFIXES[prefix])
+        verb = _verb(request.method, name, request.query)
+        self.requests.record(RequestKey(verb, resource.plural, sub))
+        delay = self.faults.delay_for(verb)
+        if delay:
+            await asyncio.sleep(delay)
+        injected = self.faults.error_for(verb, resource.plural)
+        if injected is not None:
+            raise injected
+        handler = getattr(self, f"_{verb}")
+        result: web.StreamResponse = await handler(request, resource, namespace, name, sub)
+        return result
+
+    # ------------------------------------------------------------------ verbs
+
+    async def _get(
+        self, request: web.Request, res: Resource, ns: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        if sub == "log":
+            return await self._log(request, ns, name)
+        return _json_response(self.store.require(res.plural, ns, name))
+
+    async def _list(
+        self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
+    ) -> web.StreamResponse:
+        query = request.query
+        matches = _selectors.both(
+            _selectors.label_predicate(query.get("labelSelector")),
+            _selectors.field_predicate(query.get("fieldSelector")),
+        )
+        limit = int(query.get("limit") or 0)
+        start, list_rv = "", self.store.rv
+        if token := query.get("continue"):
+            start, list_rv = self._decode_continue(token)
+        only = _selectors.exact_name(query.get("fieldSelector"))
+        items: list[Obj] = []
+        next_key = last_key = ""
+        candidates = self._candidates(res, ns, only)
+        for obj in candidates:
+            key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+            if key <= start or not matches(obj):
+                continue
+            if limit and len(items) == limit:
+                next_key = last_key
+                break
+            items.append(obj)
+            last_key = key
+        metadata: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        if next_key:
+            metadata["continue"] = _encode_continue(next_key, list_rv)
+            metadata["remainingItemCount"] = sum(
+                1
+                for o in self._candidates(res, ns, only)
+                if f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" > next_key
+                and matches(o)
+            )
+        body = {
+            "kind": f"{res.kind}List",
+            "apiVersion": res.api_version,
+            "metadata": metadata,
+            "items": items,
+        }
+        return _json_response(body)
+
+    def _candidates(self, res: Resource, ns: str | None, only: str | None) -> list[Obj]:
+        if only is not None and ns is not None:
+            obj = self.store.get(res.plural, ns, only)
+            return [obj] if obj is not None else []
+        return list(self.store.iter(res.plural, ns))
+
+    def _decode_continue(self, token: str) -> tuple[str, int]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            start, rv = str(data["start"]), int(data["rv"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _errors.bad_request(f"continue key is not valid: {exc}") from exc
+        if rv < self.store.floor:
+            raise _errors.gone(
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter, or use the "
+                "continue token in this response to retrieve the remainder of the results. "
+                "Continuing with the provided token results in an inconsistent list - objects "
+                "that were created, modified, or deleted between the time the first chunk was "
+                "returned and now may show up in the list."
+            )
+        return start, rv
+
+    async def _watch(
+        self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
+    ) -> web.StreamResponse:
+        query = request.query
+        matches = _selectors.both(
+            _selectors.label_predicate(query.get("labelSelector")),
+            _selectors.field_predicate(query.get("fieldSelector")),
+        )
+        raw_rv = query.get("resourceVersion", "")
+        initial = query.get("sendInitialEvents") == "true"
+        since = None if raw_rv in ("", "0") or initial else int(raw_rv)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT)
+        response = web.StreamResponse(headers={"Content-Type": _JSON})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            watcher = self.store.watch(res.plural, ns, matches, since)
+        except ApiError as error:
+            line = json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n"
+            await response.write(line)
+            return response
+        try:
+            if initial:
+                await self._send_pending(response, watcher)
+                await response.write(self._bookmark(res, initial_end=True))
+            await self._stream(response, watcher, res, timeout, bookmarks)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unwatch(watcher)
+        return response
+
+    async def _send_pending(self, response: web.StreamResponse, watcher: Any) -> None:
+        while watcher.pending:
+            chunk = []
+            while watcher.pending and len(chunk) < 256:
+                chunk.append(watcher.pending.popleft().line())
+            await response.write(b"".join(chunk))
+
+    async def _stream(
+        self,
+        response: web.StreamResponse,
+        watcher: Any,
+        res: Resource,
+        timeout: float,
+        bookmarks: bool,
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + self.bookmark_interval
+        while True:
+            await self._send_pending(response, watcher)
+            if watcher.closed:
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if bookmarks and now >= next_bookmark:
+                await response.write(self._bookmark(res))
+                next_bookmark = now + self.bookmark_interval
+            watcher.wakeup.clear()
+            wait = min(deadline, next_bookmark if bookmarks else deadline) - now
+            try:
+                await asyncio.wait_for(watcher.wakeup.wait(), timeout=max(wait, 0.001))
+            except TimeoutError:
+                continue
+
+    def _bookmark(self, res: Resource, *, initial_end: bool = False) -> bytes:
+        metadata: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if initial_end:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": res.kind, "apiVersion": res.api_version, "metadata": metadata}
+        return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
+
+    async def _create(
+        self, request: web.Request, res: Resource, ns: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        body = await _read_json(request)
+        _check_kind(res, body)
+        if sub:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        if request.query.get("dryRun"):
+            self.store.validator.validate_create(res, body)
+            return _json_response(body, 201)
+        return _json_response(self.store.create(res.plural, ns or "", body), 201)
+
+    async def _update(
+        self, request: web.Request, res: Resource, ns: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        body = await _read_json(request)
+        _check_kind(res, body)
+        if body.get("metadata", {}).get("name") != name:
+            raise _errors.bad_request("the name of the object does not match the name on the URL")
+        return _json_response(self.store.update(res.plural, ns or "", body, subresource=sub))
+
+    async def _patch(
+        self, request: web.Request, res: Resource, ns: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        ctype = request.content_type
+        patch = await _read_json(request)
+        current = copy_obj(self.store.require(res.plural, ns or "", name))
+        if ctype == "application/merge-patch+json":
+            patched = _patch.merge_patch(current, patch)
+        elif ctype == "application/strategic-merge-patch+json":
+            patched = _patch.strategic_merge_patch(current, patch)
+        elif ctype == "application/json-patch+json":
+            if not isinstance(patch, list):
+                raise _errors.bad_request("a JSON patch must be a list of operations")
+            patched = _patch.json_patch(current, patch)
+        else:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media "
+                f"types include: application/json-patch+json, application/merge-patch"
+                f"+json, application/strategic-merge-patch+json (not {ctype})",
+            )
+        if not isinstance(patch, list) and "resourceVersion" not in patch.get("metadata", {}):
+            patched["metadata"].pop("resourceVersion", None)
+        if sub != "status" and res.has_status:
+            patched["status"] = current.get("status", {})
+        return _json_response(self.store.update(res.plural, ns or "", patched, subresource=sub))
+
+    async def _delete(
+        self, request: web.Request, res: Resource, ns: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        options = await _delete_options(request)
+        obj, gone = self.store.delete(
+            res.plural,
+            ns or "",
+            name,
+            grace_seconds=options.get("gracePeriodSeconds"),
+            propagation=options.get("propagationPolicy"),
+            precondition_uid=(options.get("preconditions") or {}).get("uid"),
+            precondition_rv=(options.get("preconditions") or {}).get("resourceVersion"),
+        )
+        if res.plural == "pods" or not gone:
+            return _json_response(obj)
+        details: dict[str, Any] = {"name": name}
+        if res.group:
+            details["group"] = res.group
+        details.update({"kind": res.plural, "uid": obj["metadata"]["uid"]})
+        return _json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": details,
+            }
+        )
+
+    async def _deletecollection(
+        self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
+    ) -> web.StreamResponse:
+        options = await _delete_options(request)
+        matches = _selectors.both(
+            _selectors.label_predicate(request.query.get("labelSelector")),
+            _selectors.field_predicate(request.query.get("fieldSelector")),
+        )
+        deleted = []
+        for obj in list(self.store.iter(res.plural, ns)):
+            if not matches(obj):
+                continue
+            meta = obj["metadata"]
+            with _ignore_not_found():
+                gone_obj, _ = self.store.delete(
+                    res.plural,
+                    meta.get("namespace", ""),
+                    meta["name"],
+                    grace_seconds=options.get("gracePeriodSeconds"),
+                    propagation=options.get("propagationPolicy"),
+                )
+                deleted.append(gone_obj)
+        body = {
+            "kind": f"{res.kind}List",
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "items": deleted,
+        }
+        return _json_response(body)
+
+    # ------------------------------------------------------------------ logs
+
+    async def _log(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
+        pod = self.store.require("pods", ns, name)
+        container = self._log_container(pod, request.query.get("container"))
+        if self.logs is None:
+            return web.Response(body=b"", content_type="text/plain")
+        status = _container_status(pod, container)
+        if "waiting" in status.get("state", {"waiting": {}}) and not status.get("lastState"):
+            reason = status.get("state", {}).get("waiting", {}).get("reason", "ContainerCreating")
+            raise _errors.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        previous = request.query.get("previous") in ("true", "1")
+        if previous:
+            raise _errors.bad_request(
+                f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        tail = request.query.get("tailLines")
+        if request.query.get("follow") not in ("true", "1"):
+            data = _tail(self.logs.read_log(ns, name, container, False), tail)
+            return web.Response(body=data, content_type="text/plain")
+        return await self._follow_log(request, ns, name, container, tail)
+
+    def _log_container(self, pod: Obj, container: str | None) -> str:
+        names = [c["name"] for c in pod["spec"].get("containers", [])]
+        init = [c["name"] for c in pod["spec"].get("initContainers", [])]
+        if container:
+            if container not in names + init:
+                raise _errors.bad_request(
+                    f"container {container} is not valid for pod {pod['metadata']['name']}"
+                )
+            return container
+        if len(names) == 1:
+            return names[0]
+        raise _errors.bad_request(
+            f"a container name must be specified for pod {pod['metadata']['name']}, choose one "
+            f"of: [{' '.join(names)}]"
+            + (f" or one of the init containers: [{' '.join(init)}]" if init else "")
+        )
+
+    async def _follow_log(
+        self, request: web.Request, ns: str, name: str, container: str, tail: str | None
+    ) -> web.StreamResponse:
+        assert self.logs is not None
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        data = self.logs.read_log(ns, name, container, False)
+        sent = len(data)
+        await response.write(_tail(data, tail))
+        while self.logs.log_running(ns, name, container):
+            await asyncio.sleep(0.05)
+            data = self.logs.read_log(ns, name, container, False)
+            if len(data) > sent:
+                await response.write(data[sent:])
+                sent = len(data)
+        data = self.logs.read_log(ns, name, container, False)
+        if len(data) > sent:
+            await response.write(data[sent:])
+        return response
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _parse(rest: str, group: str) -> tuple[Resource, str | None, str, str]:
+    parts = [p for p in rest.split("/") if p]
+    namespace: str | None = None
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        namespace, parts = parts[1], parts[2:]
+    if not parts or parts[0] not in RESOURCES or RESOURCES[parts[0]].group != group:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+    resource = RESOURCES[parts[0]]
+    name = parts[1] if len(parts) > 1 else ""
+    sub = parts[2] if len(parts) > 2 else ""
+    if not resource.namespaced:
+        namespace = ""
+    return resource, namespace, name, sub
+
+
+def _verb(method: str, name: str, query: Any) -> str:
+    if method == "GET":
+        if name:
+            return "get"
+        return "watch" if query.get("watch") in ("1", "true") else "list"
+    if method == "DELETE":
+        return "delete" if name else "deletecollection"
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+    if method not in verbs:
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+    return verbs[method]
+
+
+async def _read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    return json.loads(raw) if raw else {}
+
+
+async def _delete_options(request: web.Request) -> dict[str, Any]:
+    options: dict[str, Any] = await _read_json(request) if request.can_read_body else {}
+    query = request.query
+    if "gracePeriodSeconds" in query:
+        options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+    if "propagationPolicy" in query:
+        options["propagationPolicy"] = query["propagationPolicy"]
+    if options.get("orphanDependents") is True:
+        options.setdefault("propagationPolicy", "Orphan")
+    return options
+
+
+def _check_kind(res: Resource, body: Any) -> None:
+    if not isinstance(body, dict):
+        raise _errors.bad_request("the body must be a JSON object")
+    kind = body.get("kind")
+    if kind and kind != res.kind:
+        raise _errors.bad_request(f"the kind {kind!r} does not match the resource {res.plural!r}")
+
+
+def _encode_continue(start: str, rv: int) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _container_status(pod: Obj, container: str) -> dict[str, Any]:
+    statuses = [
+        *pod["status"].get("initContainerStatuses", []),
+        *pod["status"].get("containerStatuses", []),
+    ]
+    return next((s for s in statuses if s.get("name") == container), {})
+
+
+def _tail(data: bytes, tail: str | None) -> bytes:
+    if tail is None:
+        return data
+    lines = data.splitlines(keepends=True)
+    count = int(tail)
+    return b"".join(lines[-count:]) if count > 0 else b""
+
+
+def _json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type=_JSON)
+
+
+def _status_response(error: ApiError) -> web.Response:
+    response = _json_response(error.status(), error.code)
+    response.headers.update(error.headers)
+    return response
+
+
+class _ignore_not_found:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        return isinstance(exc, ApiError) and exc.code == 404
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

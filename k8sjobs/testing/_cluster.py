@@ -1,0 +1,183 @@
+"""`FakeCluster`: the front door that wires the store, API server, job controller and kubelet.
+
+    async with FakeCluster() as cluster:
+        await kubernetes_asyncio.config.load_kube_config(str(cluster.kubeconfig_path))
+
+The cluster writes a kubeconfig pointing at its random port (with a test CA and a bearer
+token when `tls=True`), so any client, kubectl included, talks to it unmodified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import ssl
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from k8sjobs.testing._apiserver import ApiServer
+from k8sjobs.testing._controller import ControllerConfig, JobController
+from k8sjobs.testing._faults import Faults, RequestLog
+from k8sjobs.testing._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
+from k8sjobs.testing._resources import Validator
+from k8sjobs.testing._store import Obj, Store
+from k8sjobs.testing._tls import make_certificates
+
+
+class FakeCluster:
+    """A Kubernetes stand-in: a real HTTP API server, a job controller and one node.
+
+    kubelet: "simulate" (pods change phase on timers, see `KubeletConfig`) or "execute"
+      (pods run as local processes through k8sjobs.local.podrunner).
+    controller, kubelet_config, node: timings and capacity; the defaults are a real
+      cluster's (1 s status batching, 10 s pod-recreation backoff), tests shorten them.
+    validation: "shape" (schema-check each distinct object shape once, the default),
+      "always" or "off"; see `Validator`.
+    tls, token: serve HTTPS with a generated test CA, require a bearer token.
+    """
+
+    def __init__(
+        self,
+        kubelet: str = "simulate",
+        *,
+        directory: Path | None = None,
+        controller: ControllerConfig | None = None,
+        kubelet_config: KubeletConfig | None = None,
+        node: NodeConfig | None = None,
+        rule: SimulateRule | None = None,
+        validation: str = "shape",
+        tls: bool = False,
+        token: str | None = None,
+        history: int = 50_000,
+        watch_buffer: int = 20_000,
+        bookmark_interval: float = 5.0,
+        namespaces: tuple[str, ...] = ("default",),
+        port: int = 0,
+    ) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if directory is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="k8sjobs-fake-")
+            directory = Path(self._tmp.name)
+        self.directory = Path(directory)
+        self.store = Store(
+            history=history, watch_buffer=watch_buffer, validator=Validator(validation)
+        )
+        self.requests = RequestLog()
+        config = kubelet_config or KubeletConfig()
+        config.mode = kubelet
+        if node is not None:
+            config.node = node
+        if rule is not None:
+            config.rule = rule
+        if config.root is None:
+            config.root = self.directory / "pods"
+        self.controller = JobController(self.store, controller)
+        self.kubelet = Kubelet(self.store, config)
+        self.faults = Faults(
+            drop_watches=self.store.drop_watches,
+            compact=self.store.compact,
+            restart=self.restart,
+            pause_kubelet=self.kubelet.pause,
+        )
+        self.token = token or (secrets.token_hex(16) if tls else None)
+        self.tls = tls
+        self.server = ApiServer(
+            self.store,
+            faults=self.faults,
+            requests=self.requests,
+            logs=self.kubelet,
+            token=self.token,
+            bookmark_interval=bookmark_interval,
+        )
+        self._namespaces = namespaces
+        self._port = port
+        self._ssl: ssl.SSLContext | None = None
+        self.ca_path: Path | None = None
+        self.kubeconfig_path = self.directory / "kubeconfig"
+
+    @property
+    def url(self) -> str:
+        """Return the API server's base URL."""
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.server.port}"
+
+    async def start(self) -> FakeCluster:
+        """Start the API server, controller and kubelet; write the kubeconfig."""
+        for name in self._namespaces:
+            if self.store.get("namespaces", "", name) is None:
+                self.store.create("namespaces", "", {"metadata": {"name": name}})
+        if self.tls:
+            self.ca_path, cert, key = make_certificates(self.directory / "tls")
+            self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._ssl.load_cert_chain(cert, key)
+        self._port = await self.server.start(port=self._port, ssl_context=self._ssl)
+        self.controller.start()
+        self.kubelet.start()
+        self.write_kubeconfig(self.kubeconfig_path)
+        return self
+
+    async def stop(self) -> None:
+        """Stop everything; the temporary directory (if any) is removed."""
+        await self.server.stop()
+        await self.controller.stop()
+        await self.kubelet.stop()
+        if self._tmp is not None:
+            await asyncio.to_thread(self._tmp.cleanup)
+            self._tmp = None
+
+    async def restart(self) -> None:
+        """Restart the API server on the same port; objects, history and counters are kept."""
+        await self.server.stop()
+        await self.server.start(port=self._port, ssl_context=self._ssl)
+
+    async def __aenter__(self) -> FakeCluster:
+        return await self.start()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def write_kubeconfig(self, path: Path, *, context: str = "fake") -> Path:
+        """Write a kubeconfig for this cluster to `path` and return it."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.ca_path is not None:
+            cluster["certificate-authority"] = str(self.ca_path)
+        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": context,
+            "clusters": [{"name": context, "cluster": cluster}],
+            "users": [{"name": context, "user": user}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": context, "user": context, "namespace": "default"},
+                }
+            ],
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # ------------------------------------------------------------------ assertions
+
+    def get(self, resource: str, name: str, namespace: str = "default") -> Obj | None:
+        """Return a stored object (read-only), bypassing HTTP and request counts."""
+        return self.store.get(
+            resource, "" if resource in ("namespaces", "nodes") else namespace, name
+        )
+
+    def objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        """Return every stored object of `resource` (read-only), bypassing HTTP."""
+        return list(self.store.iter(resource, namespace))
+
+    def request_count(
+        self, verb: str | None = None, resource: str | None = None, subresource: str | None = None
+    ) -> int:
+        """Return how many API requests matched (verb: get, list, watch, create, ...)."""
+        return self.requests.count(verb, resource, subresource)

@@ -1,0 +1,161 @@
+"""Faults on demand for reliability tests, and the per-request tally tests assert on.
+
+`Faults` is what `FakeCluster.faults` returns: error injection per verb and resource (429
+with Retry-After, 500, 503), added latency, and the cluster-wide disruptions (dropping every
+open watch, compacting history, restarting the server, pausing the kubelet), which it
+delegates to the cluster through callbacks so that this module holds no server state.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from k8sjobs.testing._errors import ApiError
+
+_REASONS = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    500: ("InternalError", "Internal error occurred: injected fault"),
+    503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
+}
+
+
+@dataclass(frozen=True)
+class RequestKey:
+    """What one API request was: verb (get, list, watch, create...), resource, subresource."""
+
+    verb: str
+    resource: str
+    subresource: str = ""
+
+
+class RequestLog:
+    """Counts of API requests by verb, resource and subresource."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[RequestKey] = collections.Counter()
+
+    def record(self, key: RequestKey) -> None:
+        """Count one request."""
+        self.counts[key] += 1
+
+    def count(
+        self, verb: str | None = None, resource: str | None = None, subresource: str | None = None
+    ) -> int:
+        """Return how many requests matched every given criterion."""
+        return sum(
+            n
+            for k, n in self.counts.items()
+            if verb in (None, k.verb)
+            and resource in (None, k.resource)
+            and subresource in (None, k.subresource)
+        )
+
+    def reset(self) -> None:
+        """Forget every count (for example after a test's setup)."""
+        self.counts.clear()
+
+
+@dataclass
+class _Rule:
+    verb: str | None
+    resource: str | None
+    status: int
+    times: int | None
+    retry_after: int | None
+
+
+class Faults:
+    """Inject failures into the fake cluster: API errors, latency, watch drops, restarts."""
+
+    def __init__(
+        self,
+        *,
+        drop_watches: Callable[[], int],
+        compact: Callable[[], None],
+        restart: Callable[[], Awaitable[None]],
+        pause_kubelet: Callable[[bool], None],
+    ) -> None:
+        self._rules: list[_Rule] = []
+        self._latency: dict[str | None, float] = {}
+        self._drop_watches = drop_watches
+        self._compact = compact
+        self._restart = restart
+        self._pause_kubelet = pause_kubelet
+
+    def fail(
+        self,
+        verb: str | None = None,
+        resource: str | None = None,
+        *,
+        status: int = 500,
+        times: int | None = 1,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next `times` matching requests (None: all) with `status` (429/500/503).
+
+        `verb` is get, list, watch, create, update, patch, delete or deletecollection;
+        None matches every verb. A 429 carries `Retry-After: retry_after` (default 1).
+        """
+        if status not in _REASONS:
+            raise ValueError(f"status must be one of {sorted(_REASONS)}, not {status}")
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        self._rules.append(_Rule(verb, resource, status, times, retry_after))
+
+    def latency(self, seconds: float, verb: str | None = None) -> None:
+        """Delay every request (or every request of one verb) by `seconds`; 0 removes it."""
+        self._latency[verb] = seconds
+
+    def clear(self) -> None:
+        """Remove every injected error and latency."""
+        self._rules.clear()
+        self._latency.clear()
+
+    def drop_watches(self) -> int:
+        """End every open watch stream now; return how many were open."""
+        return self._drop_watches()
+
+    def compact(self) -> None:
+        """Compact history now: watches and continue tokens from older versions get 410."""
+        self._compact()
+
+    async def restart_server(self) -> None:
+        """Stop and restart the HTTP server on the same port, keeping every object."""
+        await self._restart()
+
+    def pause_kubelet(self) -> None:
+        """Freeze pods where they are: no scheduling, no starts, no status changes."""
+        self._pause_kubelet(True)
+
+    def resume_kubelet(self) -> None:
+        """Let a paused kubelet carry on."""
+        self._pause_kubelet(False)
+
+    # Used by the API server for each request.
+
+    def delay_for(self, verb: str) -> float:
+        """Return the added latency for a request of `verb`."""
+        return self._latency.get(verb, 0.0) + self._latency.get(None, 0.0)
+
+    def error_for(self, verb: str, resource: str) -> ApiError | None:
+        """Return the injected error for this request, consuming one use of its rule."""
+        for rule in self._rules:
+            if rule.verb not in (None, verb) or rule.resource not in (None, resource):
+                continue
+            if rule.times is not None:
+                rule.times -= 1
+                if rule.times <= 0:
+                    self._rules.remove(rule)
+            reason, message = _REASONS[rule.status]
+            error = ApiError(
+                rule.status,
+                reason,
+                message,
+                {"retryAfterSeconds": rule.retry_after} if rule.retry_after else None,
+            )
+            if rule.retry_after:
+                error.headers["Retry-After"] = str(rule.retry_after)
+            return error
+        return None

@@ -1,0 +1,111 @@
+"""Label and field selectors, parsed once per request into a predicate over objects."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from k8sjobs.testing import _errors
+
+Predicate = Callable[[dict[str, Any]], bool]
+
+_SET_TERM = re.compile(r"^\s*(!?)\s*([\w./-]+)\s+(in|notin)\s*\(([^)]*)\)\s*$")
+_EQ_TERM = re.compile(r"^\s*([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)\s*$")
+_EXISTS_TERM = re.compile(r"^\s*(!?)\s*([\w./-]+)\s*$")
+
+
+def _split_terms(selector: str) -> list[str]:
+    """Split on commas that are not inside an `in (...)` set."""
+    terms, depth, current = [], 0, []
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    terms.append("".join(current))
+    return [t for t in terms if t.strip()]
+
+
+def _label_term(term: str) -> Callable[[dict[str, str]], bool]:
+    if match := _SET_TERM.match(term):
+        _, key, op, raw = match.groups()
+        values = {v.strip() for v in raw.split(",") if v.strip()}
+        if op == "in":
+            return lambda labels: labels.get(key) in values
+        return lambda labels: labels.get(key) not in values
+    if match := _EQ_TERM.match(term):
+        key, op, value = match.groups()
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        return lambda labels: labels.get(key) == value
+    if match := _EXISTS_TERM.match(term):
+        negate, key = match.groups()
+        if negate:
+            return lambda labels: key not in labels
+        return lambda labels: key in labels
+    raise _errors.bad_request(f"unable to parse requirement: {term!r}")
+
+
+def label_predicate(selector: str | None) -> Predicate:
+    """Return a predicate for a labelSelector (=, ==, !=, in, notin, exists, !exists)."""
+    if not selector:
+        return _always
+    checks = [_label_term(t) for t in _split_terms(selector)]
+
+    def matches(obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return all(check(labels) for check in checks)
+
+    return matches
+
+
+def _field_value(obj: dict[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def field_predicate(selector: str | None) -> Predicate:
+    """Return a predicate for a fieldSelector (metadata.name, metadata.namespace, any path)."""
+    if not selector:
+        return _always
+    checks: list[tuple[str, bool, str]] = []
+    for term in _split_terms(selector):
+        match = _EQ_TERM.match(term)
+        if not match:
+            raise _errors.bad_request(f"invalid field selector: {term!r}")
+        path, op, value = match.groups()
+        checks.append((path, op == "!=", value))
+
+    def matches(obj: dict[str, Any]) -> bool:
+        return all((_field_value(obj, p) == v) != negate for p, negate, v in checks)
+
+    return matches
+
+
+def exact_name(selector: str | None) -> str | None:
+    """Return the name a fieldSelector pins with metadata.name=NAME, for an indexed lookup."""
+    if not selector:
+        return None
+    for term in _split_terms(selector):
+        match = _EQ_TERM.match(term)
+        if match and match.group(1) == "metadata.name" and match.group(2) != "!=":
+            return match.group(3)
+    return None
+
+
+def both(first: Predicate, second: Predicate) -> Predicate:
+    """Return a predicate true when both are."""
+    if first is _always:
+        return second
+    if second is _always:
+        return first
+    return lambda obj: first(obj) and second(obj)
+
+
+def _always(obj: dict[str, Any]) -> bool:
+    return True

@@ -1,0 +1,562 @@
+"""The fake cluster's object store: etcd plus the API server's registry semantics.
+
+One global resourceVersion counter orders every write, as etcd's revision does. Objects are
+kept by (resource, namespace, name) with indexes by uid and by owner uid, so that no request
+scans every object. Each write becomes an `Event` kept in a bounded history window (older
+resourceVersions answer 410 Gone) and is fanned out to watchers through per-watcher bounded
+buffers: a watcher that falls too far behind is closed, the way a real server ends a slow
+watch, and writers never wait. In-process controllers subscribe through `listen`.
+
+Stored objects are never mutated in place: every write stores a fresh dict, so readers (the
+HTTP layer, controllers) may keep references without copying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime as _dt
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from k8sjobs.testing import _errors
+from k8sjobs.testing._resources import RESOURCES, Resource, Validator, apply_defaults
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str]
+
+_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def now_rfc3339(offset: float = 0.0) -> str:
+    """Return the current UTC time (plus `offset` seconds) as Kubernetes writes it."""
+    moment = _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=offset)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def copy_obj(obj: Obj) -> Obj:
+    """Return a deep copy of a JSON-shaped object (faster than copy.deepcopy)."""
+    copied: Obj = json.loads(json.dumps(obj))
+    return copied
+
+
+@dataclass
+class Event:
+    """One change to one object, as a watcher sees it."""
+
+    rv: int
+    type: str
+    resource: str
+    namespace: str
+    obj: Obj
+    _line: bytes | None = None
+
+    def line(self) -> bytes:
+        """Return the watch-stream line for this event, serialised once for every watcher."""
+        if self._line is None:
+            self._line = json.dumps({"type": self.type, "object": self.obj}).encode() + b"\n"
+        return self._line
+
+
+@dataclass
+class Watcher:
+    """One open watch: its filter and the bounded buffer of events not yet sent."""
+
+    resource: str
+    namespace: str | None
+    matches: Callable[[Obj], bool]
+    limit: int
+    pending: collections.deque[Event] = field(default_factory=collections.deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+    close_reason: str = ""
+
+    def offer(self, event: Event) -> None:
+        """Queue `event`, or close this watcher when it has fallen too far behind."""
+        if self.closed:
+            return
+        if len(self.pending) >= self.limit:
+            self.close("watcher too slow")
+            return
+        self.pending.append(event)
+        self.wakeup.set()
+
+    def close(self, reason: str = "closed") -> None:
+        """End this watch; the HTTP layer finishes the stream once the buffer is drained."""
+        self.closed = True
+        self.close_reason = reason
+        self.wakeup.set()
+
+
+class Store:
+    """All objects of the fake cluster, with Kubernetes write semantics and watch fan-out."""
+
+    def __init__(
+        self,
+        *,
+        history: int = 50_000,
+        watch_buffer: int = 20_000,
+        validator: Validator | None = None,
+    ) -> None:
+        self.rv = 1
+        self.validator = validator or Validator()
+        self.watch_buffer = watch_buffer
+        self._objects: dict[tuple[str, str], dict[str, Obj]] = collections.defaultdict(dict)
+        self._by_uid: dict[str, Key] = {}
+        self._dependents: dict[str, set[Key]] = collections.defaultdict(set)
+        self._history: collections.deque[Event] = collections.deque(maxlen=history)
+        self._floor = 0
+        self._watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
+        self._listeners: list[Callable[[Event], None]] = []
+        self._pending_gc: set[str] = set()
+        self._orphaning: set[str] = set()
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """Return the stored object, or None."""
+        return self._objects[(resource, namespace)].get(name)
+
+    def require(self, resource: str, namespace: str, name: str) -> Obj:
+        """Return the stored object or raise 404 NotFound."""
+        obj = self.get(resource, namespace, name)
+        if obj is None:
+            res = RESOURCES[resource]
+            raise _errors.not_found(resource, name, res.group)
+        return obj
+
+    def by_uid(self, uid: str) -> Obj | None:
+        """Return the object with this uid, or None."""
+        key = self._by_uid.get(uid)
+        return self.get(*key) if key else None
+
+    def dependents(self, owner_uid: str) -> list[Obj]:
+        """Return the objects whose ownerReferences name `owner_uid`."""
+        found = (self.get(*key) for key in self._dependents.get(owner_uid, ()))
+        return [obj for obj in found if obj is not None]
+
+    def iter(self, resource: str, namespace: str | None = None) -> Iterator[Obj]:
+        """Yield the objects of `resource`, in one namespace or in all, sorted by key."""
+        if namespace is not None:
+            bucket = self._objects.get((resource, namespace), {})
+            yield from (bucket[n] for n in sorted(bucket))
+            return
+        for res, ns in sorted(k for k in self._objects if k[0] == resource):
+            bucket = self._objects[(res, ns)]
+            yield from (bucket[n] for n in sorted(bucket))
+
+    def count(self, resource: str) -> int:
+        """Return how many objects of `resource` exist."""
+        return sum(len(v) for (res, _), v in self._objects.items() if res == resource)
+
+    @property
+    def floor(self) -> int:
+        """Return the oldest resourceVersion a watch may still start from."""
+        return self._floor
+
+    # ------------------------------------------------------------------ watch
+
+    def watch(
+        self,
+        resource: str,
+        namespace: str | None,
+        matches: Callable[[Obj], bool],
+        since: int | None,
+    ) -> Watcher:
+        """Open a watch; `since=None` first replays the current objects as ADDED events."""
+        if since is not None and since < self._floor:
+            raise _errors.gone(f"too old resource version: {since} ({self._floor + 1})")
+        replay: list[Event] = []
+        if since is None:
+            for obj in self.iter(resource, namespace):
+                if matches(obj):
+                    rv = int(obj["metadata"]["resourceVersion"])
+                    ns = obj["metadata"].get("namespace", "")
+                    replay.append(Event(rv, "ADDED", resource, ns, obj))
+        else:
+            replay = [
+                e
+                for e in self._history
+                if e.rv > since
+                and e.resource == resource
+                and (namespace is None or e.namespace == namespace)
+                and matches(e.obj)
+            ]
+        watcher = Watcher(resource, namespace, matches, self.watch_buffer + len(replay))
+        watcher.pending.extend(replay)
+        self._watchers[resource].add(watcher)
+        return watcher
+
+    def unwatch(self, watcher: Watcher) -> None:
+        """Forget a watcher whose stream has ended."""
+        self._watchers[watcher.resource].discard(watcher)
+
+    def watcher_count(self) -> int:
+        """Return how many watches are open."""
+        return sum(len(w) for w in self._watchers.values())
+
+    def drop_watches(self) -> int:
+        """End every open watch now, as an API server restart would; return how many."""
+        dropped = 0
+        for watchers in self._watchers.values():
+            for watcher in list(watchers):
+                watcher.close("dropped")
+                dropped += 1
+            watchers.clear()
+        return dropped
+
+    def compact(self) -> None:
+        """Forget the whole history: watches from any older resourceVersion now get 410."""
+        self._history.clear()
+        self._floor = self.rv
+
+    def listen(self, callback: Callable[[Event], None]) -> None:
+        """Call `callback` synchronously after every write (for in-process controllers)."""
+        self._listeners.append(callback)
+
+    # ------------------------------------------------------------------ writes
+
+    def create(self, resource: str, namespace: str, obj: Obj, *, validate: bool = True) -> Obj:
+        """Store a new object with server-set metadata and defaults; return it."""
+        res = RESOURCES[resource]
+        obj = copy_obj(obj)
+        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = self._generate_name(resource, namespace, meta["generateName"])
+        if validate:
+            self.validator.validate_create(res, obj)
+        name = meta["name"]
+        if res.namespaced:
+            self._require_namespace(namespace)
+        if self.get(resource, namespace, name) is not None:
+            raise _errors.already_exists(resource, name, res.group)
+        uid = str(uuid.uuid4())
+        obj = self._with_server_metadata(res, obj, namespace, uid)
+        apply_defaults(res, obj, uid)
+        return self._put(res, namespace, obj, "ADDED")
+
+    def update(
+        self,
+        resource: str,
+        namespace: str,
+        obj: Obj,
+        *,
+        subresource: str = "",
+        validate: bool = True,
+    ) -> Obj:
+        """Replace an object, enforcing optimistic concurrency; return the stored object.
+
+        A main-resource update keeps the old status and a status update keeps everything
+        but the status, as the real registry does. A no-op write does not bump the
+        resourceVersion and emits no event. `subresource="*"` (in-process only) replaces spec
+        and status at once, as a scheduler's binding plus status write would.
+        """
+        res = RESOURCES[resource]
+        name = obj.get("metadata", {}).get("name", "")
+        old = self.require(resource, namespace, name)
+        sent_rv = obj.get("metadata", {}).get("resourceVersion")
+        if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
+            raise _errors.conflict(resource, name, res.group)
+        new = self._merge_update(res, old, copy_obj(obj), subresource)
+        if validate and subresource != "status":
+            self.validator.validate_update(res, old, new)
+        if new == old:
+            return old
+        if res.has_generation and subresource != "*" and new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        meta = new["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
+            return self._remove(res, namespace, new)
+        return self._put(res, namespace, new, "MODIFIED")
+
+    def delete(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        *,
+        grace_seconds: int | None = None,
+        propagation: str | None = None,
+        precondition_uid: str | None = None,
+        precondition_rv: str | None = None,
+    ) -> tuple[Obj, bool]:
+        """Delete (or start deleting) an object; return it and whether it is gone now."""
+        res = RESOURCES[resource]
+        obj = self.require(resource, namespace, name)
+        meta = obj["metadata"]
+        if precondition_uid and precondition_uid != meta["uid"]:
+            raise _errors.conflict(resource, name, res.group)
+        if precondition_rv and precondition_rv != meta["resourceVersion"]:
+            raise _errors.conflict(resource, name, res.group)
+        propagation = propagation or ("Orphan" if resource == "jobs" else "Background")
+        if propagation == "Orphan":
+            self._orphan_dependents(meta["uid"])
+        grace = self._grace_seconds(res, obj, grace_seconds)
+        finalizers = list(meta.get("finalizers") or [])
+        if propagation == "Foreground" and self.dependents(meta["uid"]):
+            finalizers = (
+                [*finalizers, "foregroundDeletion"]
+                if ("foregroundDeletion" not in finalizers)
+                else finalizers
+            )
+            self._pending_gc.add(meta["uid"])
+            asyncio.get_running_loop().call_soon(self._collect, meta["uid"], "Background")
+        if grace > 0 or finalizers:
+            return self._mark_deleting(res, namespace, obj, grace, finalizers), False
+        return self._remove(res, namespace, obj, propagation), True
+
+    # ------------------------------------------------------------------ internals
+
+    def _require_namespace(self, namespace: str) -> None:
+        ns = self.get("namespaces", "", namespace)
+        if ns is None:
+            raise _errors.not_found("namespaces", namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            message = f"object is being deleted: namespace {namespace} is being terminated"
+            raise _errors.ApiError(403, "Forbidden", message)
+
+    def _generate_name(self, resource: str, namespace: str, prefix: str) -> str:
+        for _ in range(16):
+            suffix = "".join(random.choices(_NAME_SUFFIX_ALPHABET, k=5))
+            if self.get(resource, namespace, prefix + suffix) is None:
+                return prefix + suffix
+        return prefix + uuid.uuid4().hex[:10]
+
+    def _with_server_metadata(self, res: Resource, obj: Obj, namespace: str, uid: str) -> Obj:
+        given = obj["metadata"]
+        meta: Obj = {"name": given["name"]}
+        if "generateName" in given:
+            meta["generateName"] = given["generateName"]
+        if res.namespaced:
+            meta["namespace"] = namespace
+        meta["uid"] = uid
+        meta["resourceVersion"] = ""
+        if res.has_generation:
+            meta["generation"] = 1
+        meta["creationTimestamp"] = now_rfc3339()
+        for key in ("labels", "annotations", "ownerReferences", "finalizers"):
+            if given.get(key):
+                meta[key] = given[key]
+        obj = {
+            "kind": res.kind,
+            "apiVersion": res.api_version,
+            "metadata": meta,
+            **{k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "metadata")},
+        }
+        return obj
+
+    def _merge_update(self, res: Resource, old: Obj, new: Obj, subresource: str) -> Obj:
+        old_meta = old["metadata"]
+        if subresource == "status":
+            merged = dict(old)
+            merged["metadata"] = dict(old_meta)
+            merged["status"] = new.get("status", {})
+            return merged
+        meta = new.setdefault("metadata", {})
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "generateName",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        for key in list(meta):
+            if meta[key] in (None, {}, []) and key not in old_meta:
+                del meta[key]
+        new["kind"], new["apiVersion"] = res.kind, res.api_version
+        if res.has_status and "status" in old and subresource != "*":
+            new["status"] = old["status"]
+        ordered = {k: meta[k] for k in _META_ORDER if k in meta}
+        ordered.update({k: v for k, v in meta.items() if k not in ordered})
+        new["metadata"] = ordered
+        return new
+
+    def _grace_seconds(self, res: Resource, obj: Obj, requested: int | None) -> int:
+        if res.plural != "pods":
+            return 0
+        if not obj["spec"].get("nodeName") or obj["status"].get("phase") in _TERMINAL_PHASES:
+            return 0
+        if requested is not None:
+            return max(requested, 0)
+        return int(obj["spec"].get("terminationGracePeriodSeconds", 30))
+
+    def _mark_deleting(
+        self, res: Resource, namespace: str, obj: Obj, grace: int, finalizers: list[str]
+    ) -> Obj:
+        meta = obj["metadata"]
+        current = meta.get("deletionGracePeriodSeconds")
+        unchanged = finalizers == meta.get("finalizers", [])
+        if meta.get("deletionTimestamp") and (current is None or current <= grace) and unchanged:
+            return obj
+        new = dict(obj)
+        new_meta = dict(meta)
+        new_meta["deletionTimestamp"] = now_rfc3339(grace)
+        new_meta["deletionGracePeriodSeconds"] = grace
+        if finalizers:
+            new_meta["finalizers"] = finalizers
+        if res.has_generation:
+            new_meta["generation"] = meta.get("generation", 1) + 1
+        new["metadata"] = {k: new_meta[k] for k in _META_ORDER if k in new_meta}
+        new["metadata"].update({k: v for k, v in new_meta.items() if k not in new["metadata"]})
+        if grace == 0 and not finalizers:
+            return self._remove(res, namespace, new)
+        return self._put(res, namespace, new, "MODIFIED")
+
+    def _put(self, res: Resource, namespace: str, obj: Obj, kind: str) -> Obj:
+        _sort_maps(obj)
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        name = obj["metadata"]["name"]
+        old = self._objects[(res.plural, namespace)].get(name)
+        self._objects[(res.plural, namespace)][name] = obj
+        key = (res.plural, namespace, name)
+        self._by_uid[obj["metadata"]["uid"]] = key
+        self._index_owners(key, old, obj)
+        self._emit(Event(self.rv, kind, res.plural, namespace, obj))
+        return obj
+
+    def _remove(
+        self, res: Resource, namespace: str, obj: Obj, propagation: str = "Background"
+    ) -> Obj:
+        self.rv += 1
+        obj = dict(obj)
+        obj["metadata"] = dict(obj["metadata"], resourceVersion=str(self.rv))
+        name = obj["metadata"]["name"]
+        self._objects[(res.plural, namespace)].pop(name, None)
+        uid = obj["metadata"]["uid"]
+        self._by_uid.pop(uid, None)
+        self._index_owners((res.plural, namespace, name), obj, None)
+        self._emit(Event(self.rv, "DELETED", res.plural, namespace, obj))
+        if res.plural == "namespaces":
+            self._empty_namespace(name)
+        if self._dependents.get(uid):
+            # Background propagation: the garbage collector removes dependents after the owner.
+            asyncio.get_running_loop().call_soon(self._collect, uid, propagation)
+        return obj
+
+    def _index_owners(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        for obj, add in ((old, False), (new, True)):
+            for ref in (obj or {}).get("metadata", {}).get("ownerReferences", []) or []:
+                if add:
+                    self._dependents[ref["uid"]].add(key)
+                else:
+                    self._dependents[ref["uid"]].discard(key)
+                    if not self._dependents[ref["uid"]]:
+                        del self._dependents[ref["uid"]]
+
+    def _emit(self, event: Event) -> None:
+        self._history.append(event)
+        if len(self._history) == self._history.maxlen:
+            self._floor = max(self._floor, self._history[0].rv - 1)
+        for watcher in self._watchers.get(event.resource, ()):
+            if watcher.namespace not in (None, event.namespace):
+                continue
+            if watcher.matches(event.obj):
+                watcher.offer(event)
+        for watcher in [w for w in self._watchers.get(event.resource, ()) if w.closed]:
+            self._watchers[event.resource].discard(watcher)
+        for listener in self._listeners:
+            listener(event)
+
+    def _collect(self, owner_uid: str, propagation: str) -> None:
+        """Garbage-collect the dependents of an owner that is gone or being foreground-deleted."""
+        owner = self.by_uid(owner_uid)
+        for dependent in self.dependents(owner_uid):
+            meta = dependent["metadata"]
+            live_owners = [
+                r
+                for r in meta.get("ownerReferences", [])
+                if r["uid"] != owner_uid and self.by_uid(r["uid"]) is not None
+            ]
+            if live_owners or meta.get("deletionTimestamp"):
+                continue
+            res = RESOURCES[self._by_uid[meta["uid"]][0]]
+            ns = meta.get("namespace", "")
+            try:
+                self.delete(res.plural, ns, meta["name"], propagation=propagation)
+            except _errors.ApiError:
+                continue
+        if owner is not None and owner_uid in self._pending_gc:
+            self._finish_foreground(owner)
+
+    def _finish_foreground(self, owner: Obj) -> None:
+        uid = owner["metadata"]["uid"]
+        if self.dependents(uid):
+            asyncio.get_running_loop().call_later(0.05, self._collect, uid, "Background")
+            return
+        self._pending_gc.discard(uid)
+        finalizers = [
+            f for f in owner["metadata"].get("finalizers", []) if f != "foregroundDeletion"
+        ]
+        res = RESOURCES[self._by_uid[uid][0]]
+        updated = dict(owner)
+        updated["metadata"] = dict(owner["metadata"], finalizers=finalizers)
+        if not finalizers:
+            del updated["metadata"]["finalizers"]
+        self.update(res.plural, owner["metadata"].get("namespace", ""), updated, validate=False)
+
+    def _orphan_dependents(self, owner_uid: str) -> None:
+        for dependent in self.dependents(owner_uid):
+            meta = dependent["metadata"]
+            refs = [r for r in meta.get("ownerReferences", []) if r["uid"] != owner_uid]
+            updated = dict(dependent)
+            updated["metadata"] = dict(meta, ownerReferences=refs)
+            if not refs:
+                del updated["metadata"]["ownerReferences"]
+            res = RESOURCES[self._by_uid[meta["uid"]][0]]
+            self.update(res.plural, meta.get("namespace", ""), updated, validate=False)
+
+    def _empty_namespace(self, namespace: str) -> None:
+        for (resource, ns), bucket in list(self._objects.items()):
+            if ns != namespace:
+                continue
+            for name in list(bucket):
+                obj = bucket.get(name)
+                if obj is None:
+                    continue
+                self._remove(RESOURCES[resource], ns, obj)
+
+
+def _sort_maps(obj: Obj) -> None:
+    """Sort string maps by key, as Go's JSON encoder writes them."""
+    meta = obj["metadata"]
+    for key in ("labels", "annotations"):
+        if meta.get(key):
+            meta[key] = dict(sorted(meta[key].items()))
+    for key in ("data", "binaryData", "stringData"):
+        if isinstance(obj.get(key), dict):
+            obj[key] = dict(sorted(obj[key].items()))
+
+
+_META_ORDER = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+)
