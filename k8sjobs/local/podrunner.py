@@ -50,7 +50,8 @@ Memory limits
 -------------
 ``resources.limits.memory`` is enforced by polling, every half second, the resident memory of
 every process in the container's session (``/proc/<pid>/stat``, read in a worker thread, only
-for containers that have a limit). Over the limit, the whole session gets SIGKILL and the
+while some container has a limit, one scan shared by all of a runner's containers). Over the
+limit, the whole process group gets SIGKILL and the
 container ends with exit code 137, reason ``OOMKilled``. RLIMIT_AS would be cheaper but counts
 address space, which Python, the JVM and CUDA reserve far beyond what they use. A spike shorter
 than the poll interval goes unseen; a cluster's cgroup would catch it.
@@ -82,6 +83,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -131,6 +133,7 @@ class PodRunner:
         # log_path is asked by pod name alone; pod names are unique in practice across
         # namespaces here (the job controller adds a random suffix), so remember each pod's.
         self._namespaces: dict[str, str] = {}
+        self._memory = _MemoryMonitor()
 
     def sandbox(self, namespace: str, pod_name: str) -> Path:
         """Return the directory that holds a pod's volumes, home, tmp and logs."""
@@ -165,6 +168,7 @@ class PodRunner:
             status=_PodStatus(pod, on_status),
             extra_env=dict(extra_env or {}),
             kill_grace=self.kill_grace,
+            memory=self._memory,
         )
         return await pod_run.run()
 
@@ -183,6 +187,7 @@ class _PodRun:
     status: _PodStatus
     extra_env: dict[str, str]
     kill_grace: float
+    memory: _MemoryMonitor
     volumes: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -312,7 +317,7 @@ class _PodRun:
         started = _now()
         self.status.running(name, process.pid, started)
         self.status.report()
-        supervisor = _Supervisor(process, launch.memory_limit, self.kill_grace)
+        supervisor = _Supervisor(process, launch.memory_limit, self.kill_grace, self.memory)
         try:
             await supervisor.wait()
         finally:
@@ -398,11 +403,16 @@ class _Supervisor:
     """Waits for a container's process, enforcing its memory limit and cleaning up its session."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, memory_limit: int | None, kill_grace: float
+        self,
+        process: asyncio.subprocess.Process,
+        memory_limit: int | None,
+        kill_grace: float,
+        memory: _MemoryMonitor,
     ) -> None:
         self.process = process
         self.memory_limit = memory_limit
         self.kill_grace = kill_grace
+        self.memory = memory
         self.oom_killed = False
 
     async def wait(self) -> None:
@@ -413,7 +423,7 @@ class _Supervisor:
             await self._stop()
             raise
         # The runtime kills what the main process leaves behind in its container.
-        await anyio.to_thread.run_sync(_signal_session, self.process.pid, signal.SIGKILL)
+        await _kill_session(self.process.pid)
 
     def outcome(self) -> tuple[int, str]:
         """Return the container's exit code and reason, as a kubelet reports them."""
@@ -432,42 +442,73 @@ class _Supervisor:
         waiting = asyncio.ensure_future(self.process.wait())
         try:
             while not (await asyncio.wait({waiting}, timeout=_MEMORY_POLL_SECONDS))[0]:
-                used = await anyio.to_thread.run_sync(_session_rss, self.process.pid)
-                if used > self.memory_limit:
+                if await self.memory.resident(self.process.pid) > self.memory_limit:
                     self.oom_killed = True
-                    _signal_session(self.process.pid, signal.SIGKILL)
+                    _signal_group(self.process.pid, signal.SIGKILL)
                     await waiting
         finally:
             waiting.cancel()
 
     async def _stop(self) -> None:
-        """Terminate the session, kill it after the grace period, and wait for the process."""
-        _signal_session(self.process.pid, signal.SIGTERM)
+        """Terminate the group, kill it after the grace period, and wait for the process."""
+        _signal_group(self.process.pid, signal.SIGTERM)
         # A second cancellation only shortens the grace period.
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self.process.wait()), self.kill_grace)
-        _signal_session(self.process.pid, signal.SIGKILL)
-        await asyncio.shield(self.process.wait())
+        _signal_group(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self.process.wait())
+            await _kill_session(self.process.pid)
 
 
-def _signal_session(session: int, signum: int) -> None:
-    """Send a signal to a process group, and to any member of the session that left it."""
-    for target in (-session, *_session_members(session)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(target, signum)
+class _MemoryMonitor:
+    """Resident memory per session, from one /proc scan shared by every container that asks.
+
+    A scan reads every process's stat file (milliseconds), so containers polling at the same
+    time share one scan instead of each paying for it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._scanned_at = -_MEMORY_POLL_SECONDS
+        self._usage: dict[int, int] = {}
+
+    async def resident(self, session: int) -> int:
+        """Return the resident bytes of every process in a session, at most a poll old."""
+        async with self._lock:
+            if time.monotonic() - self._scanned_at >= _MEMORY_POLL_SECONDS / 2:
+                self._usage = await anyio.to_thread.run_sync(_resident_by_session)
+                self._scanned_at = time.monotonic()
+        return self._usage.get(session, 0)
 
 
-def _session_members(session: int) -> list[int]:
-    return [pid for pid, _ in _session_stats(session)]
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
 
 
-def _session_rss(session: int) -> int:
-    """Return the resident bytes of every process in a session."""
-    return sum(rss for _, rss in _session_stats(session)) * _PAGE_SIZE
+async def _kill_session(session: int) -> None:
+    """Kill the process group and any member of the session that left it (scan in a thread)."""
+    _signal_group(session, signal.SIGKILL)
+    await anyio.to_thread.run_sync(_kill_session_members, session)
 
 
-def _session_stats(session: int) -> list[tuple[int, int]]:
-    """Return (pid, resident pages) of the live processes whose session is ``session``."""
+def _kill_session_members(session: int) -> None:
+    for pid, member_session, _ in _scan_processes():
+        if member_session == session:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _resident_by_session() -> dict[int, int]:
+    usage: dict[int, int] = {}
+    for _, session, pages in _scan_processes():
+        usage[session] = usage.get(session, 0) + pages * _PAGE_SIZE
+    return usage
+
+
+def _scan_processes() -> list[tuple[int, int, int]]:
+    """Return (pid, session, resident pages) of every live process on the machine."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -478,8 +519,8 @@ def _session_stats(session: int) -> list[tuple[int, int]]:
         except (OSError, IndexError):
             continue  # it ended while we looked
         # After the command name: state(0) ppid(1) pgrp(2) session(3) ... rss(21).
-        if int(fields[3]) == session and fields[0] != b"Z":
-            found.append((int(entry.name), int(fields[21])))
+        if fields[0] != b"Z":
+            found.append((int(entry.name), int(fields[3]), int(fields[21])))
     return found
 
 
