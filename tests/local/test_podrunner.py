@@ -626,3 +626,81 @@ async def test_a_rendered_step_runs_unchanged(cluster: Cluster) -> None:
         f"{volumes}/work",
         f"{volumes}/entrypoint/entrypoint",
     ]
+
+
+async def test_cancel_during_init_fails_the_pod_and_starts_nothing_more(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready"
+    pod = make_pod(
+        [container("main", "true")],
+        init=[container("init", "sh", "-c", f"touch {ready}; sleep 1000")],
+    )
+    task = asyncio.create_task(cluster.run(pod))
+    await wait_for(ready.exists)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    final = cluster.statuses[-1]
+    assert final["phase"] == "Failed"
+    assert state(final, "init")["terminated"]["exitCode"] == 143
+    assert state(final, "main") == {"waiting": {"reason": "PodInitializing"}}
+
+
+async def test_downward_api_projected_and_host_path_volumes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    (tmp_path / "shared").mkdir()
+    cluster.configmaps["ca"] = {"ca.crt": "CERT"}
+    index = "batch.kubernetes.io/job-completion-index"
+    downward = {
+        "items": [{"path": "index", "fieldRef": {"fieldPath": f"metadata.annotations['{index}']"}}]
+    }
+    projected = {
+        "sources": [
+            {"serviceAccountToken": {"path": "token"}},
+            {"configMap": {"name": "ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {
+                "downwardAPI": {
+                    "items": [
+                        {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                    ]
+                }
+            },
+        ]
+    }
+    # Paths inside a shell string are not translated; the script finds them in the env.
+    script = 'cat "$I/index" "$S/ca.crt" "$S/namespace" > "$O/out"'
+    env = [{"name": n, "value": v} for n, v in (("I", "/info"), ("S", "/sa"), ("O", "/shared"))]
+    pod = make_pod(
+        [
+            container(
+                "main",
+                "sh",
+                "-c",
+                script,
+                env=env,
+                volumeMounts=[
+                    mount("info", "/info"),
+                    mount("sa", "/sa"),
+                    mount("shared", "/shared"),
+                ],
+            )
+        ],
+        volumes=[
+            {"name": "info", "downwardAPI": downward},
+            {"name": "sa", "projected": projected},
+            {"name": "shared", "hostPath": {"path": str(tmp_path / "shared")}},
+        ],
+        annotations={index: "4"},
+    )
+    assert (await cluster.run(pod))["phase"] == "Succeeded"
+    assert (tmp_path / "shared/out").read_text() == "4CERTdemo"
+    assert (cluster.sandbox(pod) / "volumes/sa/token").read_bytes() == b""
+
+
+async def test_a_working_dir_outside_every_mount_is_a_start_error(cluster: Cluster) -> None:
+    pod = make_pod([container("main", "true", workingDir="/nonexistent/place")])
+    terminated = state(await cluster.run(pod), "main")["terminated"]
+    assert terminated["reason"] == "StartError"
+    assert 'workingDir "/nonexistent/place"' in terminated["message"]
