@@ -62,8 +62,8 @@ When a container's main process exits, whatever it left in its session is killed
 container runtime does. Cancelling the task that awaits ``run`` sends SIGTERM to every running
 container's process group, SIGKILL to the group and to any member of its session after
 ``kill_grace`` seconds, waits for the processes, reports the final status (exit code 143 or
-137, reason Error, phase Failed) and re-raises the cancellation. A process that starts its own session escapes; only a cgroup could
-hold it.
+137, reason Error, phase Failed) and re-raises the cancellation. A process that starts its own
+session escapes; only a cgroup could hold it.
 
 Status
 ------
