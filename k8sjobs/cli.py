@@ -154,7 +154,7 @@ def _session(args: argparse.Namespace, study: str) -> Session:
 
 async def _cmd_run(args: argparse.Namespace) -> int:
     study = load_study(args.study, name=args.name)
-    console = Console()
+    console = Console(soft_wrap=True, highlight=False)
     display = _Progress(study, console, live=console.is_terminal and not args.plain)
     async with _session(args, study.name) as session:
         run = StudyRun(study, session, max_parallel=args.max_parallel, on_change=display.update)
@@ -163,7 +163,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 results = await run.run()
         finally:
             path = run.save(args.state_dir / "runs")
-            display.summary([r.result for r in run.records.values()], path)
+            display.summary([r.result for r in run.records.values()], study.name, path)
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -300,7 +300,7 @@ class _Progress:
     def _render(self) -> Table:
         return _table(list(self.records.values()))
 
-    def summary(self, results: Sequence[StepResult], saved: Path) -> None:
+    def summary(self, results: Sequence[StepResult], study: str, saved: Path) -> None:
         counts = summarize(results)
         elapsed = time.monotonic() - self.start
         text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
@@ -309,9 +309,7 @@ class _Progress:
             if not r.ok:
                 where = f"; log: {r.log_file}" if r.log_file else ""
                 self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
-        self.console.print(
-            f"timeline: k8sjobs report {saved.stem} (run data in {saved})", highlight=False
-        )
+        self.console.print(f"timeline: k8sjobs report {study} (run data in {saved})")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -90,8 +90,9 @@ def _row(i: int, step: Mapping[str, Any], origin: float, scale: float, end: floa
 
 
 def _axis(span: float, scale: float, height: int) -> str:
-    step = next((s for s in (0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600) if span / s <= 10),
-                7200)  # fmt: skip
+    step = next(
+        (s for s in (0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600) if span / s <= 10), 7200
+    )
     ticks = []
     t = 0.0
     while t <= span + 1e-9:

@@ -354,9 +354,13 @@ class StudyRun:
                 await self._done[dep].wait()
             failed = [d for d in self.study.depends[step.name] if not self._result(d).ok]
             if failed:
-                why = "; ".join(self._result(d).describe() for d in failed)
-                self._set(step.name, state=StepState.FAILED, reason="DependencyFailed",
-                          message=f"not run: upstream {why}")  # fmt: skip
+                why = ", ".join(f"{d} {self._result(d).state}" for d in failed)
+                self._set(
+                    step.name,
+                    state=StepState.FAILED,
+                    reason="DependencyFailed",
+                    message=f"not run: upstream {why}",
+                )
                 return
             if self._gate is None:
                 await self._submit_and_wait(step)
@@ -386,8 +390,12 @@ class StudyRun:
             self._forward(handle)
         for name, record in self.records.items():
             if not record.result.state.terminal:
-                self._set(name, state=StepState.CANCELLED, reason="Cancelled",
-                          message="stopped before it ended")  # fmt: skip
+                self._set(
+                    name,
+                    state=StepState.CANCELLED,
+                    reason="Cancelled",
+                    message="stopped before it ended",
+                )
 
     def _forward(self, handle: StepHandle) -> None:
         record = self.records[handle.name]

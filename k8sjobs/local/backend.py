@@ -1,0 +1,561 @@
+"""LocalBackend: run steps as processes on this machine, from the very manifests a cluster gets.
+
+The backend plays the job controller for its own Jobs: it reserves the step's cores, memory
+and GPUs from the slot scheduler (FIFO, never oversubscribing), runs the Job's pod template
+through the shared ``PodRunner`` (one pod per index for ``nodes > 1``, with
+``JOB_COMPLETION_INDEX``), retries failed pods up to ``backoffLimit``, enforces
+``activeDeadlineSeconds``, and writes a Job status with the conditions a real controller
+writes. The step's state then comes from the same ``judge`` the Kubernetes backend uses, so
+a failure reads the same wherever it ran.
+
+Each step's record (state, pods, the driver's pid) is kept as JSON under
+``state_dir/steps/<study>/``, so ``k8sjobs status|logs|cancel`` from another process find it.
+Local steps live as long as the driver that runs them: closing the backend cancels them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import SpecMismatch
+from ..handle import StepHandle
+from ..kube.status import judge
+from ..names import label_value
+from ..render import (
+    ANNOTATION_STEP,
+    ANNOTATION_STUDY,
+    LABEL_HASH,
+    MAIN_CONTAINER,
+    PULL_CONTAINER,
+    PUSH_CONTAINER,
+)
+from ..state import StepResult, StepState
+from .podrunner import PodRunner
+from .slots import SlotScheduler
+
+if TYPE_CHECKING:
+    from ..render import Manifests
+
+__all__ = ["LocalBackend"]
+
+_POLL_LOG_SECONDS = 0.2
+# The container whose log explains a failure, when it is not the step's own.
+_LOG_OF = {"OutputPushFailed": PUSH_CONTAINER, "InputPullFailed": PULL_CONTAINER}
+
+
+class LocalBackend:
+    """Runs steps as local processes; artifacts go to an OCI layout directory by default.
+
+    ``cpu``, ``memory`` (bytes) and ``gpus`` bound what runs at once (default: this
+    machine's cores and memory, no GPUs). ``kill_grace`` is the seconds between SIGTERM
+    and SIGKILL when a step is cancelled or runs over its walltime.
+    """
+
+    kind = "local"
+
+    def __init__(
+        self,
+        *,
+        state_dir: str | os.PathLike[str] = ".k8sjobs",
+        log_dir: str | os.PathLike[str] | None = None,
+        store: str | None = None,
+        cpu: float | None = None,
+        memory: int | None = None,
+        gpus: int = 0,
+        kill_grace: float = 5.0,
+        pending_grace: float = 60.0,
+    ) -> None:
+        root = Path(state_dir).absolute()
+        self.namespace = "default"
+        self.default_store = store or f"oci:{root / 'artifacts'}"
+        self.runner = PodRunner(root / "pods", kill_grace=kill_grace)
+        self.slots = SlotScheduler(cpu=cpu, memory=memory, gpus=gpus)
+        self._records = root / "steps"
+        self.pending_grace = pending_grace
+        self._runs: dict[str, _JobRun] = {}
+
+    async def start(self) -> None:
+        """Create the state directories."""
+        await anyio.to_thread.run_sync(lambda: self._records.mkdir(parents=True, exist_ok=True))
+
+    async def aclose(self) -> None:
+        """Cancel the steps still running: local processes cannot outlive their driver."""
+        live = [run for run in self._runs.values() if not run.handle.done]
+        await asyncio.gather(*(run.cancel() for run in live), return_exceptions=True)
+
+    async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
+        """Start the step's Job, or adopt the run or success recorded for the same spec."""
+        key = f"{manifests.namespace}/{manifests.name}"
+        current = self._runs.get(key)
+        record = (
+            current.record() if current else await self._read_record(handle.study, manifests.name)
+        )
+        if record is not None and _adoptable(record) and not replace:
+            if record["spec_hash"] != manifests.spec_hash:
+                raise SpecMismatch(
+                    f'Step "{handle.name}" already ran in study "{handle.study}" from a '
+                    "different spec; submit with replace=True to run the new one"
+                )
+            if current is not None:
+                current.follow(handle)
+                return
+            handle._update(_result_from_json(record["result"]))
+            return
+        if current is not None and not current.handle.done:
+            await current.cancel()
+        run = _JobRun(self, handle, manifests)
+        self._runs[key] = run
+        run.start()
+
+    async def attach(self, study: str, namespace: str) -> list[StepHandle]:
+        """Return handles for the steps of ``study`` run here or recorded by another driver."""
+        folder = self._records / label_value(study)
+        paths = await anyio.to_thread.run_sync(lambda: sorted(folder.glob("*.json")))
+        handles = []
+        for path in paths:
+            record = json.loads(await anyio.Path(path).read_text())
+            live = self._runs.get(f"{record['namespace']}/{record['object_name']}")
+            if live is not None:
+                handles.append(live.handle)
+                continue
+            handle = StepHandle(
+                name=record["name"],
+                study=record["study"],
+                object_name=record["object_name"],
+                namespace=record["namespace"],
+                backend=self,
+            )
+            handle._update(_attached_result(record))
+            handles.append(handle)
+        return handles
+
+    async def cancel(self, handle: StepHandle) -> None:
+        """Stop the step: its processes get SIGTERM, then SIGKILL after the grace time."""
+        run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
+        if run is not None and run.handle is handle:
+            await run.cancel()
+            return
+        record = await self._read_record(handle.study, handle.object_name)
+        if record is not None:  # run by another driver: tell it, and stop the processes
+            marker = anyio.Path(self._record_path(handle.study, handle.object_name))
+            await marker.with_suffix(".cancel").touch()
+            for pid in _running_pids(record):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGTERM)
+            handle._update(handle.result.evolve(state=StepState.CANCELLED, reason="Cancelled"))
+
+    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
+        """Return the log of the step's latest pod (its script's output by default)."""
+        path = await self._log_path(handle, container)
+        if path is None or not await anyio.Path(path).exists():
+            return ""
+        text = await anyio.Path(path).read_text(errors="replace")
+        if tail is not None:
+            text = "".join(text.splitlines(keepends=True)[-tail:])
+        return text
+
+    async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
+        """Yield the step's log lines as they are written, until the step ends."""
+        path = await self._log_path(handle, container)
+        while path is None or not await anyio.Path(path).exists():
+            if handle.done:
+                return
+            await asyncio.sleep(_POLL_LOG_SECONDS)
+            path = await self._log_path(handle, container)
+        async with await anyio.open_file(path, "r", errors="replace") as log:
+            pending = ""
+            while True:
+                chunk = await log.read()
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        yield line
+                elif handle.done:
+                    break
+                else:
+                    await asyncio.sleep(_POLL_LOG_SECONDS)
+            if pending:
+                yield pending
+
+    async def _log_path(self, handle: StepHandle, container: str | None) -> Path | None:
+        run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
+        record = run.record() if run else await self._read_record(handle.study, handle.object_name)
+        if not record or not record["pods"]:
+            return None
+        pod = record["pods"][-1]
+        return self.runner.log_path(pod, container or MAIN_CONTAINER, namespace=handle.namespace)
+
+    def _record_path(self, study: str, object_name: str) -> Path:
+        return self._records / label_value(study) / f"{object_name}.json"
+
+    async def _read_record(self, study: str, object_name: str) -> dict[str, Any] | None:
+        path = anyio.Path(self._record_path(study, object_name))
+        if not await path.exists():
+            return None
+        record: dict[str, Any] = json.loads(await path.read_text())
+        return record
+
+
+class _BackoffExceeded(Exception):
+    """More pods failed than the Job's backoffLimit allows."""
+
+
+class _JobRun:
+    """One local Job: reserve, run its pods, retry, time out, and report."""
+
+    def __init__(self, backend: LocalBackend, handle: StepHandle, manifests: Manifests) -> None:
+        self.backend = backend
+        self.handle = handle
+        self.manifests = manifests
+        self.followers: list[StepHandle] = []
+        self.job = copy.deepcopy(manifests.job)
+        self.job["status"] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.path = backend._record_path(handle.study, manifests.name)
+        self._save_lock = asyncio.Lock()
+        self._saving: set[asyncio.Future[None]] = set()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._main())
+
+    def follow(self, handle: StepHandle) -> None:
+        """Keep ``handle`` (a resubmission of the same spec) as current as the original."""
+        self.followers.append(handle)
+        handle._update(self.handle.result)
+
+    async def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def record(self) -> dict[str, Any]:
+        meta = self.manifests.job["metadata"]
+        return {
+            "name": meta["annotations"][ANNOTATION_STEP],
+            "study": meta["annotations"][ANNOTATION_STUDY],
+            "object_name": self.manifests.name,
+            "namespace": self.manifests.namespace,
+            "spec_hash": meta["labels"][LABEL_HASH],
+            "driver_pid": os.getpid(),
+            "pods": list(self.pods),
+            "pod_status": {name: pod.get("status", {}) for name, pod in self.pods.items()},
+            "result": _result_json(self.handle.result),
+        }
+
+    async def _main(self) -> None:
+        await anyio.to_thread.run_sync(lambda: self.path.parent.mkdir(parents=True, exist_ok=True))
+        try:
+            await self._reserve_and_run()
+        except asyncio.CancelledError:
+            self._publish(
+                self.handle.result.evolve(
+                    state=StepState.CANCELLED,
+                    reason="Cancelled",
+                    message="cancelled by the driver",
+                    finished_at=datetime.now(UTC),
+                )
+            )
+            await asyncio.shield(self._save())
+            raise
+        except ValueError as exc:  # the slot scheduler: this machine can never fit the step
+            self._publish(
+                self.handle.result.evolve(
+                    state=StepState.FAILED, reason="Unschedulable", message=str(exc)
+                )
+            )
+        if await anyio.Path(self.path.with_suffix(".cancel")).exists():
+            self._publish(
+                self.handle.result.evolve(
+                    state=StepState.CANCELLED,
+                    reason="Cancelled",
+                    message="cancelled from another process",
+                )
+            )
+        await self._save()
+
+    async def _reserve_and_run(self) -> None:
+        spec = self.job["spec"]
+        template = spec["template"]["spec"]
+        main = next(c for c in template["containers"] if c["name"] == MAIN_CONTAINER)
+        limits = main.get("resources", {}).get("limits", {})
+        nodes = int(spec.get("completions", 1))
+        cpu = float(limits.get("cpu", 1)) * nodes
+        memory = _bytes(limits.get("memory")) * nodes
+        gpus = sum(int(v) for k, v in limits.items() if k not in ("cpu", "memory")) * nodes
+        self._judge(reason="WaitingForResources")
+        async with self.backend.slots.reserve(
+            cpu=cpu, memory=memory, gpus=gpus, label=self.handle.name
+        ):
+            self.job["status"] = {"startTime": _now(), "active": nodes}
+            self._judge()
+            deadline = spec.get("activeDeadlineSeconds")
+            try:
+                async with asyncio.timeout(deadline):
+                    failed = await self._run_indexes(nodes, int(spec.get("backoffLimit", 6)))
+            except TimeoutError:
+                self._finish("DeadlineExceeded", "Job was active longer than specified deadline")
+                return
+            if failed:
+                self._finish("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            else:
+                self._finish(None, "")
+
+    async def _run_indexes(self, nodes: int, backoff_limit: int) -> bool:
+        """Run every index to success; return True when failures passed the backoff limit."""
+        failures = 0
+
+        async def run_index(index: int | None) -> None:
+            nonlocal failures
+            while await self._run_pod(index) != "Succeeded":
+                failures += 1
+                self.job["status"]["failed"] = failures
+                if failures > backoff_limit:
+                    raise _BackoffExceeded  # the task group stops the other indexes
+                self._judge()
+
+        indexes: list[int | None] = list(range(nodes)) if nodes > 1 else [None]
+        exceeded = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in indexes:
+                    group.create_task(run_index(index))
+        except* _BackoffExceeded:
+            exceeded = True
+        return exceeded
+
+    async def _run_pod(self, index: int | None) -> str:
+        pod = self._pod(index)
+        name = pod["metadata"]["name"]
+        self.pods[name] = pod
+        extra = {"JOB_COMPLETION_INDEX": str(index)} if index is not None else {}
+
+        def on_status(status: dict[str, Any]) -> None:
+            pod["status"] = status
+            self._judge()
+
+        final = await self.backend.runner.run(
+            pod,
+            configmap=self._configmap,
+            secret=self._secret,
+            on_status=on_status,
+            extra_env=extra,
+        )
+        pod["status"] = final
+        return str(final.get("phase", "Failed"))
+
+    def _pod(self, index: int | None) -> dict[str, Any]:
+        template = self.job["spec"]["template"]
+        meta = copy.deepcopy(template.get("metadata") or {})
+        job_name = self.manifests.name
+        suffix = secrets.token_hex(3)[:5]
+        name = f"{job_name}-{index}-{suffix}" if index is not None else f"{job_name}-{suffix}"
+        meta.update(name=name, namespace=self.manifests.namespace, creationTimestamp=_now())
+        meta.setdefault("labels", {})["batch.kubernetes.io/job-name"] = job_name
+        spec = copy.deepcopy(template["spec"])
+        if index is not None:
+            meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(
+                index
+            )
+            spec["hostname"] = f"{job_name}-{index}"
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    def _configmap(self, name: str) -> Mapping[str, str]:
+        if name != self.manifests.configmap["metadata"]["name"]:
+            raise KeyError(name)
+        data: dict[str, str] = self.manifests.configmap["data"]
+        return data
+
+    def _secret(self, name: str) -> Mapping[str, bytes]:
+        secret = self.manifests.secret
+        if secret is None or name != secret["metadata"]["name"]:
+            raise KeyError(name)
+        return {k: base64.b64decode(v) for k, v in secret["data"].items()}
+
+    def _finish(self, reason: str | None, message: str) -> None:
+        status = self.job["status"]
+        now = _now()
+        status["active"] = 0
+        if reason is None:
+            status["succeeded"] = int(self.job["spec"].get("completions", 1))
+            status["completionTime"] = now
+            kinds = ("SuccessCriteriaMet", "Complete")
+        else:
+            kinds = ("FailureTarget", "Failed")
+        status["conditions"] = [
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason or "CompletionsReached",
+                "message": message or "Reached expected number of succeeded pods",
+                "lastProbeTime": now,
+                "lastTransitionTime": now,
+            }
+            for kind in kinds
+        ]
+        self._judge()
+
+    def _judge(self, reason: str | None = None) -> None:
+        now = datetime.now(UTC)
+        grace = self.backend.pending_grace
+        result = judge(self.job, self.pods.values(), now=now, pending_grace=grace)
+        result = result.evolve(name=self.handle.name)
+        if reason and result.state is StepState.PENDING:
+            result = result.evolve(reason=reason, message="waiting for cores, memory or GPUs")
+        if result.state.terminal:
+            result = self._complete(result)
+        self._publish(result)
+
+    def _complete(self, result: StepResult) -> StepResult:
+        pods = list(self.pods)
+        container = _LOG_OF.get(result.reason, MAIN_CONTAINER)
+        log = self.backend.runner.log_path(pods[-1], container) if pods else None
+        outputs = dict(self.manifests.outputs)
+        if result.ok and pods:
+            outputs.update(self._pushed(pods))
+        return result.evolve(log_file=str(log) if log else None, outputs=outputs)
+
+    def _pushed(self, pods: list[str]) -> dict[str, str]:
+        """Return the outputs the push container reported, pinned by digest."""
+        index0 = next((p for p in pods if "-0-" in p), pods[0])
+        path = self.backend.runner.sandbox(self.manifests.namespace, index0)
+        report = path / "volumes" / "status" / "outputs.json"
+        try:
+            pushed = json.loads(report.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {name: _pin(item["reference"], item["digest"]) for name, item in pushed.items()}
+
+    def _publish(self, result: StepResult) -> None:
+        changed = result.state is not self.handle.result.state
+        for handle in (self.handle, *self.followers):
+            handle._update(result)
+        if changed and not result.state.terminal:  # the final save is awaited by _main
+            saving = asyncio.ensure_future(self._save())
+            self._saving.add(saving)
+            saving.add_done_callback(self._saving.discard)
+
+    async def _save(self) -> None:
+        # One write at a time, each of the latest record, so the file never goes back in time.
+        async with self._save_lock:
+            await _write_json(self.path, self.record())
+
+
+def _pin(reference: str, digest: str) -> str:
+    """Return ``repo:tag`` as ``repo@digest``."""
+    repository = reference.rsplit("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}@{digest}"
+
+
+def _bytes(quantity: Any) -> int:
+    from ..spec import parse_quantity
+
+    return parse_quantity(quantity) if quantity is not None else 0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _adoptable(record: Mapping[str, Any]) -> bool:
+    """Return whether a recorded run stands for the step: running here, or succeeded."""
+    state = record["result"]["state"]
+    return state == "SUCCEEDED" or (state in ("PENDING", "RUNNING") and _alive(record))
+
+
+def _alive(record: Mapping[str, Any]) -> bool:
+    pid = int(record.get("driver_pid", 0))
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError, OverflowError):
+        return False
+    return True
+
+
+def _attached_result(record: Mapping[str, Any]) -> StepResult:
+    result = _result_from_json(record["result"])
+    if not result.state.terminal and not _alive(record):
+        return result.evolve(
+            state=StepState.LOST,
+            reason="DriverExited",
+            message="the driver that ran this step exited before it ended",
+        )
+    return result
+
+
+def _running_pids(record: Mapping[str, Any]) -> list[int]:
+    pids = []
+    for status in record.get("pod_status", {}).values():
+        for container in status.get("containerStatuses", []) + status.get(
+            "initContainerStatuses", []
+        ):
+            if "running" in container.get("state", {}):
+                pids.append(int(str(container.get("containerID", "")).rsplit("/", 1)[-1]))
+    return pids
+
+
+def _result_json(result: StepResult) -> dict[str, Any]:
+    def stamp(value: datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "name": result.name,
+        "state": result.state.value,
+        "reason": result.reason,
+        "message": result.message,
+        "exit_code": result.exit_code,
+        "started_at": stamp(result.started_at),
+        "finished_at": stamp(result.finished_at),
+        "pods": list(result.pods),
+        "outputs": dict(result.outputs),
+        "log_file": result.log_file,
+    }
+
+
+def _result_from_json(data: Mapping[str, Any]) -> StepResult:
+    def when(value: str | None) -> datetime | None:
+        return datetime.fromisoformat(value) if value else None
+
+    return StepResult(
+        name=data["name"],
+        state=StepState(data["state"]),
+        reason=data["reason"],
+        message=data["message"],
+        exit_code=data["exit_code"],
+        started_at=when(data["started_at"]),
+        finished_at=when(data["finished_at"]),
+        pods=tuple(data["pods"]),
+        outputs=dict(data["outputs"]),
+        log_file=data["log_file"],
+    )
+
+
+async def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` atomically (a reader in another process never sees half a file)."""
+
+    def write() -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(data, indent=1))
+        temporary.replace(path)
+
+    await anyio.to_thread.run_sync(write)
