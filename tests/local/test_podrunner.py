@@ -604,7 +604,7 @@ async def test_the_event_loop_keeps_turning_while_pods_run(cluster: Cluster) -> 
         await asyncio.sleep(0.005)
         longest = max(longest, loop.time() - before)
     assert (await task)["phase"] == "Succeeded"
-    assert longest < 0.05
+    assert longest < 0.1  # a blocking /proc scan or file write would show here
 
 
 async def test_a_rendered_step_runs_unchanged(cluster: Cluster) -> None:
