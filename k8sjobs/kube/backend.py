@@ -1,0 +1,623 @@
+"""KubernetesBackend: create a step's objects in a safe order, and keep its handle current.
+
+Creation order: ConfigMap (+ Secret, + Service), then the Job, then one merge patch per
+extra object setting an ownerReference to the Job, so deleting the Job deletes them all.
+A fresh single-node step costs three writes. Names are deterministic, so a resubmission
+meets its own objects: the same spec hash adopts them, another hash raises SpecMismatch
+unless ``replace`` is true. A ConfigMap left without a Job by a driver that died in
+between is overwritten or adopted by the next submission, and reported by ``attach``.
+
+Handles are fed by one ``StudyWatch`` per namespace and study: a Job informer and a Pod
+informer whose changes reach the right handle by dict lookup on the Job name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import AlreadyExists, ApiError, NotFound, SpecMismatch
+from ..handle import StepHandle
+from ..names import label_value
+from ..render import (
+    ANNOTATION_OUTPUTS,
+    ANNOTATION_STEP,
+    LABEL_HASH,
+    LABEL_STUDY,
+    MAIN_CONTAINER,
+    PUSH_CONTAINER,
+    Manifests,
+)
+from ..state import StepResult, StepState
+from .client import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, ClientOptions, Kind, KubeClient
+from .config import ClusterConfig, load_config
+from .status import IMAGE_ERRORS, grace_deadline, judge
+from .watch import Change, Informer
+
+__all__ = ["KubernetesBackend"]
+
+log = logging.getLogger("k8sjobs.kube")
+
+_KINDS = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
+
+
+class StudyWatch:
+    """The Job and Pod informers of one namespace and study, and the handles they feed."""
+
+    def __init__(self, backend: KubernetesBackend, namespace: str, study_label: str) -> None:
+        self.backend = backend
+        self.namespace = namespace
+        selector = f"{LABEL_STUDY}={study_label}"
+        client = backend.client
+        self.jobs = Informer(client, JOBS, namespace, selector, self._job_changed)
+        self.pods = Informer(client, PODS, namespace, selector, self._pod_changed)
+        self.handles: dict[str, StepHandle] = {}
+        self.pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
+        self.gone: dict[str, asyncio.Event] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks = [
+            asyncio.create_task(self.jobs.run(), name=f"k8sjobs-watch-jobs-{namespace}"),
+            asyncio.create_task(self.pods.run(), name=f"k8sjobs-watch-pods-{namespace}"),
+        ]
+
+    async def synced(self) -> None:
+        """Return once both informers have listed, so the caches hold what exists.
+
+        Raises the error of an informer that gave up (a 403 on the first list, say).
+        """
+        if self.jobs.synced.is_set() and self.pods.synced.is_set():
+            return
+        both: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(self.jobs.synced.wait(), self.pods.synced.wait())
+        )
+        try:
+            pending: list[asyncio.Future[Any]] = [both, *self._tasks]
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            both.cancel()
+        for task in self._tasks:
+            if task.done():
+                task.result()
+
+    async def aclose(self) -> None:
+        """Stop both informers and every pending grace timer."""
+        for timer in self._timers.values():
+            timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def track(self, handle: StepHandle) -> None:
+        """Start feeding ``handle``; judge it at once if its Job is already known."""
+        self.handles[handle.object_name] = handle
+        if handle.object_name in self.jobs.cache.objects:
+            self.refresh(handle.object_name)
+
+    def _job_changed(self, change: Change) -> None:
+        if change.obj is None:
+            self.pods_by_job.pop(change.name, None)
+            if change.name in self.gone:
+                self.gone[change.name].set()
+            self.backend._vanished(self, change.name)
+            return
+        self.refresh(change.name)
+
+    def _pod_changed(self, change: Change) -> None:
+        job = self._job_of(change)
+        if job is None:
+            return
+        pods = self.pods_by_job.setdefault(job, {})
+        if change.obj is None:
+            pods.pop(change.name, None)
+        else:
+            pods[change.name] = change.obj
+        if job in self.jobs.cache.objects:
+            self.refresh(job)
+
+    def _job_of(self, change: Change) -> str | None:
+        if change.obj is None:
+            for job, pods in self.pods_by_job.items():
+                if change.name in pods:
+                    return job
+            return None
+        meta = change.obj["metadata"]
+        labels = meta.get("labels") or {}
+        name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+        if name:
+            return str(name)
+        owners = [o["name"] for o in meta.get("ownerReferences") or () if o.get("kind") == "Job"]
+        return str(owners[0]) if owners else None
+
+    def refresh(self, job_name: str) -> None:
+        """Judge one Job from the caches and pass the verdict to its handle."""
+        handle = self.handles.get(job_name)
+        job = self.jobs.cache.objects.get(job_name)
+        if handle is None or job is None or handle.done:
+            return
+        pods = list(self.pods_by_job.get(job_name, {}).values())
+        grace = self.backend.pending_grace
+        result = judge(job, pods, now=datetime.now(UTC), pending_grace=grace)
+        result = result.evolve(name=handle.name, log_file=handle.result.log_file)
+        if result.state.terminal:
+            self.backend._finish(self, handle, job, pods, result)
+            return
+        handle._update(result)
+        if result.reason in IMAGE_ERRORS:
+            self._arm_timer(job_name, pods, grace)
+
+    def _arm_timer(self, job_name: str, pods: list[dict[str, Any]], grace: float) -> None:
+        """Re-judge when an image error outlasts the grace time (a timer, not a request)."""
+        deadline = grace_deadline(pods, grace)
+        if deadline is None or job_name in self._timers:
+            return
+        delay = max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.01
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timers.pop(job_name, None)
+            self.refresh(job_name)
+
+        self._timers[job_name] = loop.call_later(delay, fire)
+
+
+class KubernetesBackend:
+    """Runs steps as Jobs on a Kubernetes cluster (the Backend protocol).
+
+    ``namespace`` defaults to the kubeconfig context's (else "default"); ``log_dir`` keeps
+    one log file per failed step; ``keep_failed`` keeps failed Jobs for debugging (else they
+    are deleted once their logs are saved); ``pending_grace`` is how long a pod may sit in
+    ImagePullBackOff or a similar error before the step fails. Other keywords tune the API
+    client (see ``ClientOptions``: qps, burst, max_writes, timeout, retries, ...).
+    """
+
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        log_dir: str | os.PathLike[str] = ".k8sjobs/logs",
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        keep_failed: bool = False,
+        pending_grace: float = 120.0,
+        config: ClusterConfig | None = None,
+        **client_options: Any,
+    ) -> None:
+        self._namespace = namespace
+        self.log_dir = Path(log_dir)
+        self.keep_failed = keep_failed
+        self.pending_grace = pending_grace
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self._config = config
+        self._options = ClientOptions(**client_options)
+        self._client: KubeClient | None = None
+        self._watches: dict[tuple[str, str], StudyWatch] = {}
+        self._watch_lock = asyncio.Lock()
+        self._cancelled: set[tuple[str, str]] = set()
+        self._replacing: set[tuple[str, str]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._finishing: set[tuple[str, str]] = set()
+        self.orphans: list[str] = []
+
+    @property
+    def namespace(self) -> str | None:
+        """Return the namespace steps go to unless a step names its own."""
+        if self._namespace:
+            return self._namespace
+        return self._config.namespace if self._config else None
+
+    @property
+    def client(self) -> KubeClient:
+        """Return the API client (after ``start``)."""
+        if self._client is None:
+            raise RuntimeError("KubernetesBackend.start() has not been called")
+        return self._client
+
+    async def start(self) -> None:
+        """Load the cluster configuration and open the HTTP session."""
+        if self._client is not None:
+            return
+        if self._config is None:
+            self._config = await load_config(self._kubeconfig, self._context)
+        self._client = KubeClient(self._config, self._options)
+
+    async def aclose(self) -> None:
+        """Stop every watch and close connections; the Jobs keep running."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for watch in self._watches.values():
+            await watch.aclose()
+        self._watches.clear()
+        if self._client is not None:
+            await self._client.aclose()
+
+    # ---- submit ----------------------------------------------------------------------
+
+    async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
+        """Create the step's objects (or adopt identical ones) and track ``handle``."""
+        watch = await self._watch(handle.namespace, handle.study)
+        name = manifests.name
+        existing = watch.jobs.cache.objects.get(name)
+        if existing is not None and not _deleting(existing):
+            if _hash(existing) == manifests.spec_hash:
+                watch.track(handle)
+                return
+            if not replace:
+                raise _mismatch(handle, existing, manifests)
+            await self._delete_for_replace(watch, manifests)
+        elif existing is not None:
+            await self._wait_gone(watch, name)
+        await self._create_extras(manifests)
+        job = await self._create_job(watch, handle, manifests, replace)
+        watch.track(handle)
+        if job is not None:
+            await self._own(manifests, job)
+
+    async def _create_extras(self, manifests: Manifests) -> None:
+        """Create the ConfigMap, Secret and Service; overwrite stale orphans of an old spec."""
+        for obj in manifests.objects()[:-1]:
+            kind = _KINDS[obj["kind"]]
+            try:
+                await self.client.create(kind, manifests.namespace, obj)
+            except AlreadyExists:
+                current = await self.client.get(kind, manifests.namespace, manifests.name)
+                if _hash(current) != manifests.spec_hash:
+                    # Left by a driver that died before creating its Job (the Job was
+                    # checked first): nothing runs from it, so it is ours to rewrite.
+                    await self.client.request(
+                        "PUT",
+                        kind.path(manifests.namespace, manifests.name),
+                        body=obj,
+                        what=f'replace {kind.plural} "{manifests.name}"',
+                        kind=kind,
+                        verb="update",
+                    )
+
+    async def _create_job(
+        self, watch: StudyWatch, handle: StepHandle, manifests: Manifests, replace: bool
+    ) -> dict[str, Any] | None:
+        """Create the Job; return it, or None when an identical one was adopted."""
+        try:
+            created: dict[str, Any] = await self.client.create(
+                JOBS, manifests.namespace, manifests.job
+            )
+            return created
+        except AlreadyExists:
+            current = await self.client.get(JOBS, manifests.namespace, manifests.name)
+        if _hash(current) == manifests.spec_hash:
+            # Adopted: patch the owners again, in case its driver died before doing so.
+            return None if _deleting(current) else current
+        if not replace:
+            raise _mismatch(handle, current, manifests) from None
+        await self._delete_for_replace(watch, manifests)
+        await self._create_extras(manifests)
+        recreated: dict[str, Any] = await self.client.create(
+            JOBS, manifests.namespace, manifests.job
+        )
+        return recreated
+
+    async def _own(self, manifests: Manifests, job: dict[str, Any]) -> None:
+        """Point every extra object's ownerReference at the Job (one merge patch each)."""
+        owner = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": manifests.name,
+            "uid": job["metadata"]["uid"],
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+        patch = {"metadata": {"ownerReferences": [owner]}}
+        for obj in manifests.objects()[:-1]:
+            await self.client.merge_patch(
+                _KINDS[obj["kind"]], manifests.namespace, manifests.name, patch
+            )
+
+    async def _delete_for_replace(self, watch: StudyWatch, manifests: Manifests) -> None:
+        """Delete the old Job (Foreground) and its extras, and wait for the Job to go."""
+        key = (manifests.namespace, manifests.name)
+        self._replacing.add(key)
+        try:
+            gone = watch.gone.setdefault(manifests.name, asyncio.Event())
+            gone.clear()
+            await self._delete(JOBS, manifests.namespace, manifests.name, "Foreground")
+            for obj in manifests.objects()[:-1]:
+                await self._delete(
+                    _KINDS[obj["kind"]], manifests.namespace, manifests.name, "Background"
+                )
+            await self._wait_gone(watch, manifests.name)
+        finally:
+            self._replacing.discard(key)
+
+    async def _wait_gone(self, watch: StudyWatch, name: str) -> None:
+        if name not in watch.jobs.cache.objects:
+            return
+        gone = watch.gone.setdefault(name, asyncio.Event())
+        if name not in watch.jobs.cache.objects:
+            return
+        async with asyncio.timeout(self._options.timeout * 4):
+            await gone.wait()
+        watch.gone.pop(name, None)
+
+    async def _delete(self, kind: Kind, namespace: str, name: str, propagation: str) -> None:
+        with contextlib.suppress(NotFound):
+            await self.client.delete(kind, namespace, name, propagation=propagation)
+
+    # ---- attach, cancel --------------------------------------------------------------
+
+    async def attach(self, study: str, namespace: str) -> list[StepHandle]:
+        """Return handles for the Jobs of ``study``; log and record orphaned ConfigMaps."""
+        watch = await self._watch(namespace, study)
+        handles = []
+        for name, job in watch.jobs.cache.objects.items():
+            existing = watch.handles.get(name)
+            if existing is not None:
+                handles.append(existing)
+                continue
+            step = str((job["metadata"].get("annotations") or {}).get(ANNOTATION_STEP) or name)
+            handle = StepHandle(
+                name=step, study=study, object_name=name, namespace=namespace, backend=self
+            )
+            watch.track(handle)
+            handles.append(handle)
+        await self._find_orphans(watch, study)
+        return handles
+
+    async def _find_orphans(self, watch: StudyWatch, study: str) -> None:
+        selector = f"{LABEL_STUDY}={label_value(study)}"
+        found = await self.client.list(CONFIGMAPS, watch.namespace, selector)
+        for item in found.get("items") or ():
+            meta = item["metadata"]
+            if not meta.get("ownerReferences") and meta["name"] not in watch.jobs.cache.objects:
+                step = (meta.get("annotations") or {}).get(ANNOTATION_STEP, meta["name"])
+                log.warning(
+                    'Step "%s": ConfigMap "%s" has no Job (a driver stopped between creating '
+                    "them); submitting the step again adopts it.",
+                    step,
+                    meta["name"],
+                )
+                if meta["name"] not in self.orphans:
+                    self.orphans.append(meta["name"])
+
+    async def cancel(self, handle: StepHandle) -> None:
+        """Delete the step's Job (Background propagation); the handle ends CANCELLED."""
+        key = (handle.namespace, handle.object_name)
+        self._cancelled.add(key)
+        with contextlib.suppress(NotFound):
+            await self.client.delete(
+                JOBS, handle.namespace, handle.object_name, propagation="Background"
+            )
+        handle._update(
+            handle.result.evolve(
+                state=StepState.CANCELLED,
+                reason="Cancelled",
+                message="cancelled by this driver",
+                finished_at=datetime.now(UTC),
+            )
+        )
+
+    def _vanished(self, watch: StudyWatch, name: str) -> None:
+        """A Job disappeared: ours to cancel or replace, else somebody else deleted it."""
+        handle = watch.handles.get(name)
+        key = (watch.namespace, name)
+        if handle is None or handle.done or key in self._replacing:
+            return
+        state = StepState.CANCELLED if key in self._cancelled else StepState.LOST
+        message = (
+            "cancelled by this driver"
+            if state is StepState.CANCELLED
+            else ("its Job was deleted by someone else")
+        )
+        reason = "Cancelled" if state is StepState.CANCELLED else "JobDeleted"
+        handle._update(
+            handle.result.evolve(
+                state=state, reason=reason, message=message, finished_at=datetime.now(UTC)
+            )
+        )
+
+    # ---- terminal states: logs, outputs, cleanup -------------------------------------
+
+    def _finish(
+        self,
+        watch: StudyWatch,
+        handle: StepHandle,
+        job: dict[str, Any],
+        pods: list[dict[str, Any]],
+        result: StepResult,
+    ) -> None:
+        """Complete a terminal verdict: outputs on success, saved logs on failure."""
+        key = (handle.namespace, handle.object_name)
+        if key in self._cancelled:
+            return
+        outputs = _tag_outputs(job)
+        needs_io = result.state is StepState.FAILED or (result.ok and outputs)
+        if not needs_io:
+            handle._update(result)
+            return
+        if key in self._finishing:
+            return
+        self._finishing.add(key)
+        self._spawn(self._finish_io(handle, pods, result, outputs))
+
+    async def _finish_io(
+        self,
+        handle: StepHandle,
+        pods: list[dict[str, Any]],
+        result: StepResult,
+        outputs: dict[str, str],
+    ) -> None:
+        try:
+            if result.ok:
+                result = result.evolve(outputs={**outputs, **await self._pushed(handle, pods)})
+            else:
+                result = await self._save_failure(handle, pods, result)
+        finally:
+            self._finishing.discard((handle.namespace, handle.object_name))
+            handle._update(result)
+        if not result.ok and not self.keep_failed:
+            # Only now: the log is saved and the handle is final, so the deletion event
+            # finds a terminal handle and is not mistaken for a LOST step.
+            await self._delete(JOBS, handle.namespace, handle.object_name, "Background")
+
+    async def _pushed(self, handle: StepHandle, pods: list[dict[str, Any]]) -> dict[str, str]:
+        """Return the digest references the push container printed as its last line."""
+        for pod in _succeeded_first(pods):
+            try:
+                text = await self.client.log(handle.namespace, _name(pod), PUSH_CONTAINER, tail=5)
+            except ApiError as exc:
+                log.info('Step "%s": output digests unreadable (%s); using tags', handle.name, exc)
+                continue
+            digests = _parse_push_line(text)
+            if digests:
+                return digests
+        return {}
+
+    async def _save_failure(
+        self, handle: StepHandle, pods: list[dict[str, Any]], result: StepResult
+    ) -> StepResult:
+        """Return ``result`` with the failed pod's log kept in log_dir/<study>/<step>.log."""
+        failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"] or pods
+        if failed:
+            path = self.log_dir / _file_name(handle.study) / f"{_file_name(handle.name)}.log"
+            try:
+                text = await self.client.log(handle.namespace, _name(failed[-1]), MAIN_CONTAINER)
+                await asyncio.to_thread(_write, path, text)
+                result = result.evolve(log_file=str(path))
+            except (ApiError, OSError) as exc:
+                log.warning('Step "%s": could not save its log: %s', handle.name, exc)
+        return result
+
+    # ---- logs --------------------------------------------------------------------------
+
+    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
+        """Return the log of the step's pods (joined, newest pod last)."""
+        pods = await self._pod_names(handle)
+        texts = [
+            await self.client.log(handle.namespace, pod, container or MAIN_CONTAINER, tail)
+            for pod in pods
+        ]
+        if not texts and handle.result.log_file:
+            return await asyncio.to_thread(Path(handle.result.log_file).read_text)
+        return "".join(texts)
+
+    async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
+        """Yield the step's log lines as written (follow=true), until its container ends."""
+        pods: list[str] = []
+        while not pods and not handle.done:
+            pods = await self._pod_names(handle)
+            if not pods:
+                await _first_change(handle)
+        for pod in pods[-1:]:
+            params = {"container": container or MAIN_CONTAINER, "follow": "true"}
+            path = PODS.path(handle.namespace, pod, "log")
+            what = f'follow the log of pod "{pod}"'
+            async for line in self.client.stream_lines(
+                path, params, what=what, kind=PODS, verb="get"
+            ):
+                yield line.decode("utf-8", "replace")
+
+    async def _pod_names(self, handle: StepHandle) -> list[str]:
+        watch = await self._watch(handle.namespace, handle.study)
+        pods = watch.pods_by_job.get(handle.object_name, {})
+        ordered = sorted(pods.values(), key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        return [_name(p) for p in ordered] or list(handle.result.pods)
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    async def _watch(self, namespace: str, study: str) -> StudyWatch:
+        """Return the (started, synced) watch of one namespace and study."""
+        key = (namespace, label_value(study))
+        async with self._watch_lock:
+            watch = self._watches.get(key)
+            if watch is None:
+                watch = StudyWatch(self, namespace, key[1])
+                self._watches[key] = watch
+        await watch.synced()
+        return watch
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _hash(obj: dict[str, Any]) -> str:
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_HASH, ""))
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _mismatch(handle: StepHandle, existing: dict[str, Any], manifests: Manifests) -> SpecMismatch:
+    return SpecMismatch(
+        f'Step "{handle.name}": Job "{manifests.name}" in namespace "{manifests.namespace}" '
+        f"was created from another spec (hash {_hash(existing)}, now {manifests.spec_hash}); "
+        "submit with replace=True to delete it and run the new spec, or rename the step."
+    )
+
+
+def _tag_outputs(job: dict[str, Any]) -> dict[str, str]:
+    raw = (job["metadata"].get("annotations") or {}).get(ANNOTATION_OUTPUTS)
+    return dict(json.loads(raw)) if raw else {}
+
+
+def _parse_push_line(text: str) -> dict[str, str]:
+    """Return {output: "repo@sha256:..."} from the push container's last JSON line."""
+    for line in reversed(text.strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        found = {}
+        for key, value in data.items():
+            if isinstance(value, dict) and value.get("reference") and value.get("digest"):
+                found[key] = f"{_repository(str(value['reference']))}@{value['digest']}"
+        return found
+    return {}
+
+
+def _repository(reference: str) -> str:
+    """Return ``reference`` without its tag or digest ("host:5000/a/b:tag" -> "host:5000/a/b")."""
+    reference = reference.split("@", 1)[0]
+    head, _, last = reference.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def _succeeded_first(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(pods, key=lambda p: (p.get("status") or {}).get("phase") != "Succeeded")
+
+
+def _name(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def _file_name(name: str) -> str:
+    """Return ``name`` if it is a safe file name, else its label form (slug and hash)."""
+    if re.fullmatch(r"[\w+-][\w.+-]*", name):
+        return name
+    return label_value(name)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+async def _first_change(handle: StepHandle) -> None:
+    changed = asyncio.Event()
+    callback: Callable[[StepHandle], None] = lambda _h: changed.set()  # noqa: E731
+    handle.add_listener(callback)
+    await changed.wait()

@@ -1,0 +1,378 @@
+"""A thin async client for the Kubernetes REST API: JSON dicts in, JSON dicts out.
+
+Every call goes through one shared aiohttp session and one ``_send`` loop that applies the
+house rules: a client-side token bucket (QPS and burst), a bound on writes in flight, a
+timeout on every request, and retries with exponential backoff and jitter on 429 (after
+the server's Retry-After), 5xx and connection errors, only for requests safe to repeat.
+Responses stay plain dicts: building typed models costs more than the request on the hot
+path (see benchmarks/bench_submit.py), and the watcher only reads a few fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from ..errors import ApiError, ServerUnavailable, api_error
+from .config import ClusterConfig
+
+__all__ = [
+    "CONFIGMAPS",
+    "JOBS",
+    "PODS",
+    "SECRETS",
+    "SERVICES",
+    "ClientOptions",
+    "Kind",
+    "KubeClient",
+]
+
+log = logging.getLogger("k8sjobs.kube")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An API resource: where it lives (``/api/v1``, ``/apis/batch/v1``) and its plural."""
+
+    prefix: str
+    plural: str
+
+    def path(self, namespace: str, name: str = "", sub: str = "") -> str:
+        """Return the URL path of the collection, or of one object (and its subresource)."""
+        base = f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+        return "/".join(p for p in (base, name, sub) if p)
+
+    def grant(self, verb: str) -> str:
+        """Return the RBAC rule a 403 asks the user to add, in the words of a Role."""
+        group = (
+            self.prefix.removeprefix("/apis/").rpartition("/")[0] if "/apis/" in self.prefix else ""
+        )
+        return f'verb "{verb}" on resource "{self.plural}" (apiGroup "{group}")'
+
+
+CONFIGMAPS = Kind("/api/v1", "configmaps")
+SECRETS = Kind("/api/v1", "secrets")
+SERVICES = Kind("/api/v1", "services")
+PODS = Kind("/api/v1", "pods")
+JOBS = Kind("/apis/batch/v1", "jobs")
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Limits that keep one driver from overwhelming the API server.
+
+    ``qps``/``burst``: the token bucket every request draws from; ``max_writes``: writes in
+    flight at once; ``timeout``: seconds for one request (a watch's idle limit is
+    ``watch_idle``); ``retries``: attempts after the first, for requests safe to repeat;
+    ``backoff``/``max_backoff``: the base and cap of the exponential backoff, in seconds.
+    """
+
+    qps: float = 200.0
+    burst: int = 400
+    max_writes: int = 128
+    timeout: float = 30.0
+    watch_idle: float = 90.0
+    retries: int = 8
+    backoff: float = 0.1
+    max_backoff: float = 10.0
+
+
+class _TokenBucket:
+    """A token bucket that reserves a token at once and sleeps off any deficit (fair, FIFO)."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self._rate = qps
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._stamp = time.monotonic()
+
+    async def take(self) -> None:
+        """Wait until one request may go out."""
+        if self._rate <= 0:
+            return
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+        self._tokens -= 1.0
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / self._rate)
+
+
+class KubeClient:
+    """Requests to one API server, with rate limit, timeouts and safe retries."""
+
+    def __init__(self, config: ClusterConfig, options: ClientOptions | None = None) -> None:
+        self.config = config
+        self.options = options or ClientOptions()
+        self._bucket = _TokenBucket(self.options.qps, self.options.burst)
+        self._writes = asyncio.Semaphore(self.options.max_writes)
+        self._session: aiohttp.ClientSession | None = None
+        self._reloaded = False
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def session(self) -> aiohttp.ClientSession:
+        """Return the shared HTTP session, opening it on first use."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=0, ssl=self.config.ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers(), json_serialize=json.dumps
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the HTTP session and its connections."""
+        if self._session is not None:
+            await self._session.close()
+
+    # ---- verbs -----------------------------------------------------------------------
+
+    async def create(self, kind: Kind, namespace: str, body: Mapping[str, Any]) -> Any:
+        """Create an object; repeating is safe because the caller adopts on AlreadyExists."""
+        name = body["metadata"]["name"]
+        what = f'create {kind.plural} "{name}" in namespace "{namespace}"'
+        return await self.request(
+            "POST", kind.path(namespace), body=body, what=what, kind=kind, verb="create"
+        )
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> Any:
+        """Return one object."""
+        what = f'get {kind.plural} "{name}" in namespace "{namespace}"'
+        return await self.request(
+            "GET", kind.path(namespace, name), what=what, kind=kind, verb="get"
+        )
+
+    async def list(self, kind: Kind, namespace: str, selector: str = "", **params: str) -> Any:
+        """Return a List of the objects matching ``selector`` (one page per call)."""
+        query = {"labelSelector": selector, **params} if selector else dict(params)
+        what = f'list {kind.plural} in namespace "{namespace}"'
+        return await self.request(
+            "GET", kind.path(namespace), params=query, what=what, kind=kind, verb="list"
+        )
+
+    async def merge_patch(
+        self, kind: Kind, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> Any:
+        """Merge-patch an object; callers send absolute values only, so a repeat is harmless."""
+        what = f'patch {kind.plural} "{name}" in namespace "{namespace}"'
+        return await self.request(
+            "PATCH",
+            kind.path(namespace, name),
+            body=patch,
+            what=what,
+            kind=kind,
+            verb="patch",
+            content_type="application/merge-patch+json",
+        )
+
+    async def delete(self, kind: Kind, namespace: str, name: str, *, propagation: str) -> Any:
+        """Delete an object with ``propagation`` (Background, Foreground, Orphan)."""
+        what = f'delete {kind.plural} "{name}" in namespace "{namespace}"'
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        return await self.request(
+            "DELETE", kind.path(namespace, name), body=body, what=what, kind=kind, verb="delete"
+        )
+
+    async def log(self, namespace: str, pod: str, container: str, tail: int | None = None) -> str:
+        """Return a container's log text."""
+        params = {"container": container}
+        if tail is not None:
+            params["tailLines"] = str(tail)
+        what = f'read the log of pod "{pod}" container "{container}" in namespace "{namespace}"'
+        path = PODS.path(namespace, pod, "log")
+        text = await self.request(
+            "GET", path, params=params, what=what, kind=PODS, verb="get", raw=True
+        )
+        return str(text)
+
+    # ---- streams ---------------------------------------------------------------------
+
+    async def stream_lines(
+        self, path: str, params: Mapping[str, str], *, what: str, kind: Kind, verb: str
+    ) -> AsyncIterator[bytes]:
+        """Yield the lines of a long-lived response (a watch, a followed log) as they come.
+
+        The connection is opened with the same retries as any GET; once streaming, a drop
+        ends the iteration with the aiohttp error, and the caller decides how to resume.
+        """
+        response = await self._send(
+            "GET", path, params=params, what=what, kind=kind, verb=verb, stream=True
+        )
+        try:
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield line
+            if buffer.strip():
+                yield buffer
+        finally:
+            response.release()
+
+    # ---- the one loop that sends -----------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        kind: Kind,
+        verb: str,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        raw: bool = False,
+    ) -> Any:
+        """Send one request (with retries) and return its JSON body, or text when ``raw``."""
+        response = await self._send(
+            method,
+            path,
+            what=what,
+            kind=kind,
+            verb=verb,
+            params=params,
+            body=body,
+            content_type=content_type,
+        )
+        async with response:
+            data = await response.read()
+        if raw:
+            return data.decode("utf-8", "replace")
+        return json.loads(data) if data else {}
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        kind: Kind,
+        verb: str,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+    ) -> aiohttp.ClientResponse:
+        """Return a 2xx response, retrying what is safe; raise the mapped ApiError otherwise."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": content_type} if data is not None else None
+        url = self.config.host + path
+        attempt = 0
+        while True:
+            try:
+                response = await self._once(method, url, params, data, headers, stream)
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                if attempt >= self.options.retries:
+                    raise ServerUnavailable(
+                        0, {"message": f"no answer: {type(exc).__name__}"}, what=what
+                    ) from None
+                await asyncio.sleep(self._delay(attempt, None))
+                attempt += 1
+                continue
+            if response.status < 300:
+                return response
+            error = await self._error(response, what, kind, verb)
+            if response.status == 401 and not self._reloaded and self.config.reload is not None:
+                await self._reload()
+                continue
+            if not _retryable(response.status) or attempt >= self.options.retries:
+                raise error
+            retry_after = _retry_after(response)
+            log.debug("%s: HTTP %s, retry %d", what, response.status, attempt + 1)
+            await asyncio.sleep(self._delay(attempt, retry_after))
+            attempt += 1
+
+    async def _once(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, str] | None,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+        stream: bool,
+    ) -> aiohttp.ClientResponse:
+        await self._bucket.take()
+        opts = self.options
+        timeout = (
+            aiohttp.ClientTimeout(total=None, sock_connect=opts.timeout, sock_read=opts.watch_idle)
+            if stream
+            else aiohttp.ClientTimeout(total=opts.timeout)
+        )
+        session = self.session()
+        if method == "GET":
+            return await session.request(
+                method, url, params=params, headers=headers, data=data, timeout=timeout
+            )
+        async with self._writes:
+            response = await session.request(
+                method, url, params=params, headers=headers, data=data, timeout=timeout
+            )
+            await response.read()  # within the write slot: the write is done when answered
+            return response
+
+    async def _error(
+        self, response: aiohttp.ClientResponse, what: str, kind: Kind, verb: str
+    ) -> ApiError:
+        async with response:
+            text = await response.text(errors="replace")
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = {"message": text[:300] or f"HTTP {response.status}"}
+        if not isinstance(body, dict):
+            body = {"message": str(body)[:300]}
+        if response.status == 403:
+            refusal = body.get("message", "forbidden")
+            body = {**body, "message": f"{refusal}; grant {kind.grant(verb)} to this identity"}
+        return api_error(response.status, body, what=what)
+
+    async def _reload(self) -> None:
+        """Take fresh credentials once (expired exec-plugin or service-account token)."""
+        assert self.config.reload is not None
+        self._reloaded = True
+        self.config = await self.config.reload()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Return the seconds to wait before retry ``attempt + 1``: backoff with full jitter."""
+        cap = min(self.options.max_backoff, self.options.backoff * 2**attempt)
+        jittered = random.uniform(cap / 2, cap)
+        return max(jittered, retry_after or 0.0)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "k8sjobs/0.1"}
+        if self.config.authorization:
+            headers["Authorization"] = self.config.authorization
+        return headers
+
+
+def _retryable(status: int) -> bool:
+    # 429 means the request was not processed; 5xx may be a restart or overload. Every
+    # request k8sjobs sends is safe to repeat: reads, deletes, creates (AlreadyExists is
+    # then handled as adoption) and merge patches that set absolute values.
+    return status == 429 or status >= 500
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        return min(float(value), 60.0) if value else None
+    except ValueError:
+        return None
