@@ -214,6 +214,10 @@ class _BackoffExceeded(Exception):
     """More pods failed than the Job's backoffLimit allows."""
 
 
+class _ConfigMissing(Exception):
+    """A pod cannot start: a ConfigMap, Secret or key it needs does not exist here."""
+
+
 class _JobRun:
     """One local Job: reserve, run its pods, retry, time out, and report."""
 
@@ -295,7 +299,7 @@ class _JobRun:
         main = next(c for c in template["containers"] if c["name"] == MAIN_CONTAINER)
         limits = main.get("resources", {}).get("limits", {})
         nodes = int(spec.get("completions", 1))
-        cpu = float(limits.get("cpu", 1)) * nodes
+        cpu = _cores(limits.get("cpu", 1)) * nodes
         memory = _bytes(limits.get("memory")) * nodes
         gpus = sum(int(v) for k, v in limits.items() if k not in ("cpu", "memory")) * nodes
         self._judge(reason="WaitingForResources")
@@ -311,18 +315,22 @@ class _JobRun:
             except TimeoutError:
                 self._finish("DeadlineExceeded", "Job was active longer than specified deadline")
                 return
-            if failed:
+            if failed == "config":
+                self._finish("CreateContainerConfigError", self._waiting_message())
+            elif failed == "backoff":
                 self._finish("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             else:
                 self._finish(None, "")
 
-    async def _run_indexes(self, nodes: int, backoff_limit: int) -> bool:
-        """Run every index to success; return True when failures passed the backoff limit."""
+    async def _run_indexes(self, nodes: int, backoff_limit: int) -> str:
+        """Run every index to success; return "" or why not ("backoff", "config")."""
         failures = 0
 
         async def run_index(index: int | None) -> None:
             nonlocal failures
-            while await self._run_pod(index) != "Succeeded":
+            while (phase := await self._run_pod(index)) != "Succeeded":
+                if phase == "Pending":  # a missing ConfigMap, Secret or key: no retry helps
+                    raise _ConfigMissing
                 failures += 1
                 self.job["status"]["failed"] = failures
                 if failures > backoff_limit:
@@ -330,14 +338,16 @@ class _JobRun:
                 self._judge()
 
         indexes: list[int | None] = list(range(nodes)) if nodes > 1 else [None]
-        exceeded = False
+        outcome = ""
         try:
             async with asyncio.TaskGroup() as group:
                 for index in indexes:
                     group.create_task(run_index(index))
         except* _BackoffExceeded:
-            exceeded = True
-        return exceeded
+            outcome = "backoff"
+        except* _ConfigMissing:
+            outcome = "config"
+        return outcome
 
     async def _run_pod(self, index: int | None) -> str:
         pod = self._pod(index)
@@ -374,6 +384,14 @@ class _JobRun:
             )
             spec["hostname"] = f"{job_name}-{index}"
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    def _waiting_message(self) -> str:
+        for pod in self.pods.values():
+            for status in pod.get("status", {}).get("containerStatuses", []):
+                waiting = status.get("state", {}).get("waiting", {})
+                if waiting.get("reason") == "CreateContainerConfigError":
+                    return f"container {status['name']}: {waiting.get('message', '')}"
+        return "a ConfigMap, Secret or key the step needs is missing"
 
     def _configmap(self, name: str) -> Mapping[str, str]:
         if name != self.manifests.configmap["metadata"]["name"]:
@@ -462,6 +480,12 @@ def _pin(reference: str, digest: str) -> str:
     if ":" in repository.rsplit("/", 1)[-1]:
         repository = repository.rsplit(":", 1)[0]
     return f"{repository}@{digest}"
+
+
+def _cores(quantity: Any) -> float:
+    """Return a CPU quantity ("2", "500m", 1.5) in cores."""
+    text = str(quantity)
+    return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
 def _bytes(quantity: Any) -> int:
