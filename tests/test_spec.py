@@ -135,7 +135,7 @@ def test_typo_in_step_field_is_refused_with_suggestion() -> None:
 
 
 def test_typo_in_resources_field_is_refused_with_suggestion() -> None:
-    refused(lambda: Resources(cpus=2), ("cpus",), "did you mean")
+    refused(lambda: Resources(cpus=2), ("cpus",), "did you mean")  # type: ignore[call-arg]
     refused(lambda: step(resources={"cpus": 2}), ("resources", "cpus"), "did you mean")
 
 
