@@ -63,6 +63,15 @@ class _Retryable(Exception):
         self.cause = cause
 
 
+class TransientFailure(RegistryUnavailable):
+    """Internal: a single-attempt request failed in a way that retrying the larger operation
+    around it (a whole blob upload, say) may fix. Callers see a RegistryUnavailable."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 _RETRYABLE_ERRORS = (
     aiohttp.ClientConnectionError,
     aiohttp.ClientPayloadError,
@@ -95,9 +104,14 @@ async def with_retries(operation: Callable[[], Awaitable[T]], policy: RetryPolic
                 f"{what}: TLS verification failed ({exc.__class__.__name__}); "
                 "pass ca_file for a private CA, or plain_http=True for an HTTP registry."
             ) from None
-        except (_Retryable, *_RETRYABLE_ERRORS) as exc:
-            cause = exc.cause if isinstance(exc, _Retryable) else describe_error(exc)
+        except (_Retryable, TransientFailure, *_RETRYABLE_ERRORS) as exc:
+            if isinstance(exc, TransientFailure):
+                cause = exc.cause
+            else:
+                cause = exc.cause if isinstance(exc, _Retryable) else describe_error(exc)
             pause = policy.delay(attempt)
+            if policy.attempts == 1:
+                raise TransientFailure(f"{what}: {cause}.", cause) from None
             if attempt >= policy.attempts or time.monotonic() + pause > deadline:
                 raise RegistryUnavailable(f"{what}: {cause} (after {attempt} attempts).") from None
             await asyncio.sleep(pause)

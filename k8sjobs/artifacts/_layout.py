@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -184,11 +185,17 @@ class OCILayout:
         sent: _transfer.BytesCallback,
     ) -> tuple[str, int]:
         """Copy a file into the layout as a blob (unless present); return digest and size."""
-        digest = await anyio.to_thread.run_sync(
-            self._store_file, path, known[0] if known else None, sent
-        )
-        size = await anyio.to_thread.run_sync(lambda: path.stat().st_size)
-        return digest, size
+        return await anyio.to_thread.run_sync(self._put_blob_blocking, path, known, sent)
+
+    def _put_blob_blocking(
+        self, path: Path, known: tuple[str, int] | None, sent: _transfer.BytesCallback
+    ) -> tuple[str, int]:
+        started_ns = time.time_ns()
+        st = path.stat()
+        digest = self._store_file(path, known[0] if known else None, sent)
+        if known is None:
+            self.cache.remember_file(path, st, digest, started_ns)
+        return digest, st.st_size
 
     async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
         """Store a small in-memory blob."""

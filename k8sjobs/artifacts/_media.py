@@ -53,8 +53,14 @@ class Descriptor:
 
     @property
     def unpack(self) -> bool:
-        """Return True when the blob is a directory archive to extract on pull."""
-        return self.annotations.get(UNPACK, "").lower() == "true"
+        """Return True when the blob is a directory archive to extract on pull.
+
+        ORAS marks directories with the unpack annotation; oras-py marks them only by the
+        tar+gzip media type, so that counts too when the annotation is absent.
+        """
+        if UNPACK in self.annotations:
+            return self.annotations[UNPACK].lower() == "true"
+        return self.media_type == LAYER_TAR_GZIP
 
     def to_json(self) -> dict[str, Any]:
         """Return the descriptor as an OCI JSON object."""

@@ -99,6 +99,13 @@ class PushOptions:
     progress: ProgressCallback | None = None
 
 
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """Return the first leaf exception of a task group's failure: the one worth reporting
+    (the others are usually cancellations it caused)."""
+    first = group.exceptions[0]
+    return first_error(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 def _reporter(progress: ProgressCallback | None, name: str, total: int | None) -> BytesCallback:
     done = 0
 
@@ -211,10 +218,13 @@ async def push_paths(
     paths = await anyio.to_thread.run_sync(_check_paths, paths)
     pusher = _Pusher(backend, ref, cache, opts)
     slots: list[Descriptor | None] = [None] * len(paths)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pusher.config)
-        for index, path in enumerate(paths):
-            tg.start_soon(pusher.layer, path, slots, index)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pusher.config)
+            for index, path in enumerate(paths):
+                tg.start_soon(pusher.layer, path, slots, index)
+    except BaseExceptionGroup as group:
+        raise first_error(group) from None
     layers = [layer for layer in slots if layer is not None]
     manifest = _media.build_manifest(layers, opts.artifact_type, opts.annotations or {})
     digest = await backend.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)
@@ -315,8 +325,11 @@ async def pull_to(
         async with limiter:
             written[index] = await _pull_layer(backend, ref, desc, target, progress)
 
-    async with anyio.create_task_group() as tg:
-        for index, layer in enumerate(layers):
-            tg.start_soon(one, index, layer)
+    try:
+        async with anyio.create_task_group() as tg:
+            for index, layer in enumerate(layers):
+                tg.start_soon(one, index, layer)
+    except BaseExceptionGroup as group:
+        raise first_error(group) from None
     paths = tuple(p for group in written for p in group)
     return PullResult(str(ref), digest, paths, manifest)

@@ -90,8 +90,13 @@ async def test_large_blob_goes_up_in_chunks_hashed_while_streaming(
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(5 * 1024 * 1024 + 17))
     events: list[ProgressEvent] = []
-    store = Registry(plain_registry.location, plain_http=True, chunk_size=1024 * 1024,
-                     monolithic_limit=1024, cache=DigestCache(tmp_path / "c.sqlite"))  # fmt: skip
+    store = Registry(
+        plain_registry.location,
+        plain_http=True,
+        chunk_size=1024 * 1024,
+        monolithic_limit=1024,
+        cache=DigestCache(tmp_path / "c.sqlite"),
+    )
     async with store:
         pushed = await store.push("chunks/x:v1", [big], progress=events.append)
         await store.pull("chunks/x:v1", tmp_path / "out")
