@@ -276,7 +276,13 @@ class Session:
         self, step: Step, backend: Backend, after: Iterable[StepHandle]
     ) -> tuple[StepHandle, list[StepHandle]]:
         self._check_open()
-        if step.name in self._handles:
+        found = self._handles.get(step.name)
+        if found is not None and found.step is None:
+            # Found by attach after a restart: submitting it again adopts what exists
+            # (same spec hash) or creates what is missing, through the same handle.
+            found.step = step
+            return found, self._upstream(step, after)
+        if found is not None:
             raise StudyError(f'Step "{step.name}" was already submitted in study "{self.study}"')
         target = self._target(backend, step)
         handle = StepHandle(
