@@ -1,0 +1,229 @@
+"""The in-pod handoff: pull a step's inputs before it runs, push its outputs after it succeeds.
+
+``python -m k8sjobs.handoff pull --config F`` runs as the init container;
+``python -m k8sjobs.handoff push --config F`` runs beside the main container, waits for its
+exit-code marker, and pushes the declared outputs only when that code is 0. The config file
+(JSON, written by render.py)::
+
+    {"store": "<location>", "plain_http": false, "ca_file": null,
+     "inputs": {"<name>": "<reference>"},
+     "outputs": {"<name>": {"path": "<relative to workdir>", "reference": "<reference>"}},
+     "annotations": {"k": "v"}}
+
+Environment: K8SJOBS_WORKDIR, K8SJOBS_INPUTS (input <name> lands in $K8SJOBS_INPUTS/<name>/),
+K8SJOBS_STATUS_DIR (holds the marker ``exitcode``; ``outputs.json`` is written there), and
+optionally DOCKER_CONFIG for registry credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._store import open_store
+from .errors import RegistryError
+
+EXIT_MARKER = "exitcode"
+OUTPUTS_FILE = "outputs.json"
+POLL_SECONDS = 0.2
+
+
+class HandoffError(RegistryError):
+    """The handoff config or environment is wrong, or a declared output is missing."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """One declared output: a path under the work dir, and where to push it."""
+
+    path: str
+    reference: str
+
+
+@dataclass(frozen=True)
+class HandoffConfig:
+    """The parsed handoff config file."""
+
+    store: str
+    plain_http: bool = False
+    ca_file: str | None = None
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, Output] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def _safe_name(kind: str, name: str) -> str:
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        raise HandoffError(f'{kind} name "{name}" must be a plain file name (no "/" or "..").')
+    return name
+
+
+def _str_map(data: Any, key: str) -> dict[str, str]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise HandoffError(f'handoff config: "{key}" must map names to strings.')
+    return {str(k): v for k, v in value.items()}
+
+
+def parse_config(data: Any) -> HandoffConfig:
+    """Return the HandoffConfig in a decoded JSON document, or raise HandoffError."""
+    if not isinstance(data, dict) or not isinstance(data.get("store"), str):
+        raise HandoffError('handoff config: "store" (a store location string) is required.')
+    outputs: dict[str, Output] = {}
+    for name, spec in (data.get("outputs") or {}).items():
+        if not isinstance(spec, dict) or not {"path", "reference"} <= spec.keys():
+            raise HandoffError(f'handoff config: output "{name}" needs "path" and "reference".')
+        outputs[_safe_name("output", name)] = Output(str(spec["path"]), str(spec["reference"]))
+    inputs = {_safe_name("input", k): v for k, v in _str_map(data, "inputs").items()}
+    return HandoffConfig(
+        store=data["store"],
+        plain_http=bool(data.get("plain_http", False)),
+        ca_file=data.get("ca_file"),
+        inputs=inputs,
+        outputs=outputs,
+        annotations=_str_map(data, "annotations"),
+    )
+
+
+def load_config(path: str | Path) -> HandoffConfig:
+    """Read and parse the handoff config file."""
+    try:
+        return parse_config(json.loads(Path(path).read_text()))
+    except OSError as exc:
+        raise HandoffError(f"Cannot read handoff config {path}: {exc.strerror}.") from None
+    except ValueError as exc:
+        raise HandoffError(f"Handoff config {path} is not valid JSON: {exc}.") from None
+
+
+def _env_dir(name: str) -> Path:
+    value = os.environ.get(name)
+    if not value:
+        raise HandoffError(f"Environment variable {name} is not set; the pod template sets it.")
+    return Path(value)
+
+
+async def pull_inputs(config: HandoffConfig, inputs_dir: Path) -> dict[str, str]:
+    """Pull every input into ``inputs_dir/<name>/``; return name -> manifest digest."""
+    digests: dict[str, str] = {}
+    async with open_store(
+        config.store, plain_http=config.plain_http, ca_file=config.ca_file
+    ) as store:
+        for name, reference in config.inputs.items():
+            result = await store.pull(reference, inputs_dir / name)
+            digests[name] = result.digest
+    return digests
+
+
+def _read_exit_code(marker: Path) -> int | None:
+    try:
+        text = marker.read_text().strip()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None  # written but not yet flushed: look again at the next poll
+
+
+async def wait_for_exit_code(status_dir: Path, timeout: float | None) -> int:
+    """Return the main container's exit code once its marker file appears."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    marker = status_dir / EXIT_MARKER
+    while True:
+        code = await asyncio.to_thread(_read_exit_code, marker)
+        if code is not None:
+            return code
+        if deadline is not None and time.monotonic() > deadline:
+            raise HandoffError(
+                f"The main container wrote no exit code to {marker} within {timeout:g} s."
+            )
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _output_path(workdir: Path, name: str, output: Output) -> Path:
+    path = (workdir / output.path).resolve()
+    if not path.is_relative_to(workdir.resolve()):
+        raise HandoffError(f'Output "{name}": path "{output.path}" leaves the work dir {workdir}.')
+    if not path.exists():
+        raise HandoffError(f'Output "{name}": the step did not create "{output.path}" ({path}).')
+    return path
+
+
+async def push_outputs(config: HandoffConfig, workdir: Path) -> dict[str, dict[str, str]]:
+    """Push every declared output; return name -> {"reference", "digest"}."""
+    paths = {name: _output_path(workdir, name, out) for name, out in config.outputs.items()}
+    results: dict[str, dict[str, str]] = {}
+    async with open_store(
+        config.store, plain_http=config.plain_http, ca_file=config.ca_file
+    ) as store:
+        for name, output in config.outputs.items():
+            pushed = await store.push(
+                output.reference, [paths[name]], annotations=dict(config.annotations)
+            )
+            results[name] = {"reference": output.reference, "digest": pushed.digest}
+    return results
+
+
+def _write_json_atomically(path: Path, data: object) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
+async def run_push(config: HandoffConfig, timeout: float | None) -> int:
+    """Wait for the main container; push outputs on success; return the process exit code."""
+    status_dir = _env_dir("K8SJOBS_STATUS_DIR")
+    code = await wait_for_exit_code(status_dir, timeout)
+    if code != 0:
+        print(f"k8sjobs handoff: the step exited with {code}; no outputs pushed.", file=sys.stderr)
+        return 0
+    results = await push_outputs(config, _env_dir("K8SJOBS_WORKDIR"))
+    await asyncio.to_thread(_write_json_atomically, status_dir / OUTPUTS_FILE, results)
+    print(json.dumps(results, sort_keys=True), flush=True)
+    return 0
+
+
+async def run_pull(config: HandoffConfig) -> int:
+    """Pull every input; return the process exit code."""
+    digests = await pull_inputs(config, _env_dir("K8SJOBS_INPUTS"))
+    print(json.dumps(digests, sort_keys=True), flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of ``python -m k8sjobs.handoff``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m k8sjobs.handoff", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    pull = sub.add_parser("pull", help="pull the step's inputs (init container)")
+    pull.add_argument("--config", required=True, help="path of the handoff JSON config")
+    push = sub.add_parser("push", help="wait for the step, then push its outputs")
+    push.add_argument("--config", required=True, help="path of the handoff JSON config")
+    push.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for the exit marker"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the handoff command line; return its exit code (errors: one line on stderr)."""
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if args.command == "pull":
+            return asyncio.run(run_pull(config))
+        return asyncio.run(run_push(config, args.timeout))
+    except RegistryError as exc:
+        print(f"k8sjobs handoff {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
