@@ -128,10 +128,20 @@ class Manifests:
 
 
 class _PlainDumper(yaml.SafeDumper):
-    """A YAML dumper that writes shared objects out in full instead of as &anchors."""
+    """A YAML dumper that writes shared objects in full (no &anchors), scripts as | blocks."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    # A block keeps a script readable; YAML cannot hold trailing spaces or tabs in one.
+    plain_lines = all(line == line.rstrip() for line in text.splitlines())
+    style = "|" if "\n" in text and plain_lines and "\t" not in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_PlainDumper.add_representer(str, _represent_str)
 
 
 def output_reference(study: str, step: str, output: str) -> str:
