@@ -95,6 +95,9 @@ class LocalBackend:
         """Cancel the steps still running: local processes cannot outlive their driver."""
         live = [run for run in self._runs.values() if not run.handle.done]
         await asyncio.gather(*(run.cancel() for run in live), return_exceptions=True)
+        # A handle ends before its final record is written: wait for those writes, or a
+        # driver that exits right after wait() leaves records that still say RUNNING.
+        await asyncio.gather(*(run.settle() for run in self._runs.values()))
 
     async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
         """Start the step's Job, or adopt the run or success recorded for the same spec."""
@@ -218,6 +221,10 @@ class _ConfigMissing(Exception):
     """A pod cannot start: a ConfigMap, Secret or key it needs does not exist here."""
 
 
+class _CancelledElsewhere(Exception):
+    """Another process asked for the step to stop (``k8sjobs cancel``): do not retry."""
+
+
 class _JobRun:
     """One local Job: reserve, run its pods, retry, time out, and report."""
 
@@ -248,6 +255,13 @@ class _JobRun:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
+    async def settle(self) -> None:
+        """Return once the run has ended and its record is written."""
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self.task)
+        await asyncio.gather(*self._saving, return_exceptions=True)
+
     def record(self) -> dict[str, Any]:
         meta = self.manifests.job["metadata"]
         return {
@@ -263,7 +277,11 @@ class _JobRun:
         }
 
     async def _main(self) -> None:
-        await anyio.to_thread.run_sync(lambda: self.path.parent.mkdir(parents=True, exist_ok=True))
+        def prepare() -> None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.with_suffix(".cancel").unlink(missing_ok=True)  # a past run's request
+
+        await anyio.to_thread.run_sync(prepare)
         try:
             await self._reserve_and_run()
         except asyncio.CancelledError:
@@ -283,12 +301,13 @@ class _JobRun:
                     state=StepState.FAILED, reason="Unschedulable", message=str(exc)
                 )
             )
-        if await anyio.Path(self.path.with_suffix(".cancel")).exists():
+        if await self._cancel_requested():
             self._publish(
                 self.handle.result.evolve(
                     state=StepState.CANCELLED,
                     reason="Cancelled",
                     message="cancelled from another process",
+                    finished_at=datetime.now(UTC),
                 )
             )
         await self._save()
@@ -306,6 +325,8 @@ class _JobRun:
         async with self.backend.slots.reserve(
             cpu=cpu, memory=memory, gpus=gpus, label=self.handle.name
         ):
+            if await self._cancel_requested():
+                return
             self.job["status"] = {"startTime": _now(), "active": nodes}
             self._judge()
             deadline = spec.get("activeDeadlineSeconds")
@@ -315,6 +336,8 @@ class _JobRun:
             except TimeoutError:
                 self._finish("DeadlineExceeded", "Job was active longer than specified deadline")
                 return
+            if failed == "cancelled":
+                return  # _main reports CANCELLED
             if failed == "config":
                 self._finish("CreateContainerConfigError", self._waiting_message())
             elif failed == "backoff":
@@ -323,7 +346,7 @@ class _JobRun:
                 self._finish(None, "")
 
     async def _run_indexes(self, nodes: int, backoff_limit: int) -> str:
-        """Run every index to success; return "" or why not ("backoff", "config")."""
+        """Run every index to success; return "" or why not ("backoff", "config", "cancelled")."""
         failures = 0
 
         async def run_index(index: int | None) -> None:
@@ -331,6 +354,8 @@ class _JobRun:
             while (phase := await self._run_pod(index)) != "Succeeded":
                 if phase == "Pending":  # a missing ConfigMap, Secret or key: no retry helps
                     raise _ConfigMissing
+                if await self._cancel_requested():  # its pods were killed from outside
+                    raise _CancelledElsewhere
                 failures += 1
                 self.job["status"]["failed"] = failures
                 if failures > backoff_limit:
@@ -347,7 +372,12 @@ class _JobRun:
             outcome = "backoff"
         except* _ConfigMissing:
             outcome = "config"
+        except* _CancelledElsewhere:
+            outcome = "cancelled"
         return outcome
+
+    async def _cancel_requested(self) -> bool:
+        return await anyio.Path(self.path.with_suffix(".cancel")).exists()
 
     async def _run_pod(self, index: int | None) -> str:
         pod = self._pod(index)
