@@ -6,32 +6,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from kubehelpers import FAKE, orphans, session, step
 
 from k8sjobs.errors import SpecMismatch
 from k8sjobs.kube import KubeClient, load_config
 from k8sjobs.kube.client import CONFIGMAPS, JOBS
 from k8sjobs.render import Target, render
 from k8sjobs.session import Session
-from k8sjobs.spec import Step
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
-
-FAKE = "fake.k8sjobs.io/"
-
-
-def step(name: str, *, duration: float = 0.05, **fields: object) -> Step:
-    """Return a Step the simulated kubelet runs for ``duration`` seconds."""
-    notes = {f"{FAKE}duration": str(duration), **fields.pop("annotations", {})}  # type: ignore[dict-item]
-    return Step(name=name, script="echo hi", annotations=notes, **fields)  # type: ignore[arg-type]
-
-
-def session(cluster: FakeCluster, tmp_path: Path, study: str = "s", **options: object) -> Session:
-    return Session(
-        study=study,
-        kubeconfig=cluster.kubeconfig_path,
-        log_dir=tmp_path / "logs",
-        options={"pending_grace": 0.5, **options},
-    )
 
 
 async def test_creation_order_owner_references_and_three_writes(
@@ -93,15 +76,7 @@ async def test_orphaned_configmap_is_reported_then_adopted(
         assert manifests.name in backend.orphans  # type: ignore[attr-defined]
         result = await (await s.submit(step("a"))).wait(10)
     assert result.ok
-    assert _orphans(cluster) == []
-
-
-def _orphans(cluster: FakeCluster) -> list[str]:
-    return [
-        c["metadata"]["name"]
-        for c in cluster.objects("configmaps", "default")
-        if not c["metadata"].get("ownerReferences") and c["metadata"]["name"] != "kube-root-ca.crt"
-    ]
+    assert orphans(cluster) == []
 
 
 async def test_exit_code_is_reported_and_log_saved(cluster: FakeCluster, tmp_path: Path) -> None:

@@ -1,0 +1,34 @@
+"""Helpers shared by the tests/kube modules: steps the simulated kubelet runs, sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from k8sjobs.session import Session
+from k8sjobs.spec import Step
+from k8sjobs.testing import FakeCluster
+
+FAKE = "fake.k8sjobs.io/"
+
+
+def step(name: str, *, duration: float = 0.05, **fields: object) -> Step:
+    """Return a Step the simulated kubelet runs for ``duration`` seconds."""
+    notes = {f"{FAKE}duration": str(duration), **fields.pop("annotations", {})}  # type: ignore[dict-item]
+    return Step(name=name, script="echo hi", annotations=notes, **fields)  # type: ignore[arg-type]
+
+
+def session(cluster: FakeCluster, tmp_path: Path, study: str = "s", **options: object) -> Session:
+    return Session(
+        study=study,
+        kubeconfig=cluster.kubeconfig_path,
+        log_dir=tmp_path / "logs",
+        options={"pending_grace": 0.5, **options},
+    )
+
+
+def orphans(cluster: FakeCluster) -> list[str]:
+    return [
+        c["metadata"]["name"]
+        for c in cluster.objects("configmaps", "default")
+        if not c["metadata"].get("ownerReferences") and c["metadata"]["name"] != "kube-root-ca.crt"
+    ]
