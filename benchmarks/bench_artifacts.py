@@ -1,0 +1,247 @@
+"""Benchmark k8sjobs.artifacts against oras-py and raw curl, in one run, on a local registry.
+
+    python benchmarks/bench_artifacts.py              # 1 GiB, a few minutes
+    python benchmarks/bench_artifacts.py --size 64    # quick run (MiB)
+
+Every client runs in its own subprocess, so its peak RSS is measured alone (os.wait4), and
+each reports the time of the operation itself, excluding interpreter start-up. Needs Debian's
+docker-registry, curl, and oras (oras-py) installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from k8sjobs.testing.registry import start_registry  # noqa: E402
+
+K8SJOBS = """
+import asyncio, json, sys, time
+from k8sjobs.artifacts import Registry
+async def main(op, location, ref, path, compression):
+    async with Registry(location, plain_http=True) as store:
+        start = time.perf_counter()
+        if op == "push":
+            sent = (await store.push(ref, [path], compression=compression)).bytes_sent
+        else:
+            await store.pull(ref, path)
+            sent = 0
+        print(json.dumps({"seconds": time.perf_counter() - start, "sent": sent}))
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+ORAS = """
+import json, os, sys, time, logging
+logging.disable(logging.CRITICAL)
+import oras.provider
+op, location, ref, path = sys.argv[1:5]
+client = oras.provider.Registry(hostname=location, insecure=True)
+start = time.perf_counter()
+if op == "push":
+    os.chdir(os.path.dirname(path))
+    client.push(target=f"{location}/{ref}", files=[os.path.basename(path)], quiet=True)
+else:
+    client.pull(target=f"{location}/{ref}", outdir=path)
+print(json.dumps({"seconds": time.perf_counter() - start, "sent": 0}))
+"""
+
+
+@dataclass
+class Run:
+    """One measured operation."""
+
+    seconds: float
+    rss_mib: float
+    sent: int = 0
+
+
+def measure(argv: list[str], env: dict[str, str] | None = None, self_timed: bool = True) -> Run:
+    """Run a command; return its self-reported (or wall) time and its own peak RSS.
+
+    Peak RSS comes from /usr/bin/time: a child spawned straight from this (large) Python
+    process inherits its high-water mark through exec, which would inflate every figure.
+    """
+    with tempfile.NamedTemporaryFile("r") as rss_file:
+        timed = ["/usr/bin/time", "-f", "%M", "-o", rss_file.name, *argv]
+        start = time.perf_counter()
+        proc = subprocess.run(timed, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"{argv[:3]} failed:\n{proc.stderr[-2000:]}")
+        rss_kib = int(rss_file.read().strip().splitlines()[-1])
+    report = json.loads(proc.stdout.strip().splitlines()[-1]) if self_timed else {"seconds": wall}
+    return Run(report["seconds"], rss_kib / 1024, report.get("sent", 0))
+
+
+def k8sjobs(
+    op: str, location: str, ref: str, path: Path, env: dict[str, str], compression: str = "gzip"
+) -> Run:
+    return measure([sys.executable, "-c", K8SJOBS, op, location, ref, str(path), compression], env)
+
+
+def oras(op: str, location: str, ref: str, path: Path) -> Run:
+    return measure([sys.executable, "-c", ORAS, op, location, ref, str(path)])
+
+
+def curl_push(base: str, repo: str, path: Path, digest: str) -> Run:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{base}/v2/{repo}/blobs/uploads/", method="POST")
+    ) as r:
+        location = r.headers["Location"]
+    url = f"{location}{'&' if '?' in location else '?'}digest={digest}"
+    argv = [
+        "curl",
+        "-sf",
+        "-X",
+        "PUT",
+        "-H",
+        "Content-Type: application/octet-stream",
+        "-T",
+        str(path),
+        url,
+    ]
+    return measure(argv, self_timed=False)
+
+
+def curl_pull(base: str, repo: str, digest: str, dest: Path) -> Run:
+    return measure(
+        ["curl", "-sfL", "-o", str(dest), f"{base}/v2/{repo}/blobs/{digest}"], self_timed=False
+    )
+
+
+def make_file(path: Path, mib: int) -> str:
+    hasher = hashlib.sha256()
+    with path.open("wb") as f:
+        for _ in range(mib):
+            chunk = os.urandom(1024 * 1024)
+            hasher.update(chunk)
+            f.write(chunk)
+    return "sha256:" + hasher.hexdigest()
+
+
+def make_tree(root: Path, files: int, size: int, text: bool = False) -> None:
+    root.mkdir(parents=True)
+    for i in range(files):
+        sub = root / f"d{i % 10}"
+        sub.mkdir(exist_ok=True)
+        if text:
+            rows = "".join(
+                f"{i},{j},{(i * 7919 + j * 104729) % 100003 / 7.0:.6f}\n" for j in range(size // 24)
+            )
+            data = rows.encode()[:size]
+        else:
+            data = os.urandom(size)
+        (sub / f"f{i:04d}.bin").write_bytes(data)
+
+
+def backdate(root: Path) -> None:
+    """Age files past the digest cache's one-second racy window, as data at rest would be."""
+    for p in [root, *root.rglob("*")]:
+        os.utime(p, (time.time() - 60, time.time() - 60))
+
+
+def rate(mib: float, run: Run) -> str:
+    return f"{mib / run.seconds:8.1f} MiB/s"
+
+
+def row(name: str, *cells: str) -> None:
+    print(f"| {name:<44} | " + " | ".join(f"{c:>20}" for c in cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=1024, help="size of the big file in MiB")
+    parser.add_argument("--files", type=int, default=1000, help="files in the directory test")
+    parser.add_argument("--file-kib", type=int, default=64, help="size of each of those files")
+    args = parser.parse_args()
+    for tool in ("curl",):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is needed")
+    work = Path(tempfile.mkdtemp(prefix="k8sjobs-bench-"))
+    server = start_registry()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "K8SJOBS_CACHE_DIR": str(work / "cache")}
+    try:
+        big = work / "data" / "big.bin"
+        big.parent.mkdir()
+        digest = make_file(big, args.size)
+        backdate(big.parent)
+        loc, base, mib = server.location, server.url, float(args.size)
+        print(
+            f"registry {base}, big file {args.size} MiB, directory {args.files} x {args.file_kib} KiB\n"
+        )
+        row("operation", "k8sjobs", "oras-py", "curl")
+        row("-" * 44, *["-" * 20] * 3)
+
+        c_push = curl_push(base, "bench/curl", big, digest)
+        o_push = oras("push", loc, "bench/oras:big", big)
+        k_push = k8sjobs("push", loc, "bench/k8s:big", big, env)
+        row(f"push {args.size} MiB: rate", rate(mib, k_push), rate(mib, o_push), rate(mib, c_push))
+        row("push: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_push, o_push, c_push)))
+
+        c_pull = curl_pull(base, "bench/curl", digest, work / "curl.out")
+        o_pull = oras("pull", loc, "bench/oras:big", work / "oras-out")
+        k_pull = k8sjobs("pull", loc, "bench/k8s:big", work / "k8s-out", env)
+        row(
+            f"pull {args.size} MiB (k8sjobs verifies)",
+            rate(mib, k_pull),
+            rate(mib, o_pull),
+            rate(mib, c_pull),
+        )
+        row("pull: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_pull, o_pull, c_pull)))
+
+        o_re = oras("push", loc, "bench/oras:again", big)
+        k_re = k8sjobs("push", loc, "bench/k8s:again", big, env)
+        row("re-push unchanged: time", f"{k_re.seconds:8.3f} s", f"{o_re.seconds:8.3f} s", "-")
+        row("re-push unchanged: blob bytes sent", f"{k_re.sent}", "?", "-")
+
+        tree = work / "tree" / "dataset"
+        make_tree(tree, args.files, args.file_kib * 1024)
+        backdate(tree.parent)
+        o_dpush = oras("push", loc, "bench/oras:dir", tree)
+        k_dpush = k8sjobs("push", loc, "bench/k8s:dir", tree, env)
+        o_dpull = oras("pull", loc, "bench/oras:dir", work / "oras-dir")
+        k_dpull = k8sjobs("pull", loc, "bench/k8s:dir", work / "k8s-dir", env)
+        row("directory push (gzip)", f"{k_dpush.seconds:8.3f} s", f"{o_dpush.seconds:8.3f} s", "-")
+        row("directory pull", f"{k_dpull.seconds:8.3f} s", f"{o_dpull.seconds:8.3f} s", "-")
+        print()
+        print(
+            f"push vs curl {k_push.seconds and c_push.seconds / k_push.seconds:.0%} (floor 90%), "
+            f"pull vs curl {c_pull.seconds / k_pull.seconds:.0%} (floor 90%), "
+            f"dir push x{o_dpush.seconds / k_dpush.seconds:.1f} and pull x{o_dpull.seconds / k_dpull.seconds:.1f} "
+            "vs oras-py (floor x5)"
+        )
+        compression_table(work, loc, env, args)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compression_table(work: Path, loc: str, env: dict[str, str], args: argparse.Namespace) -> None:
+    """Time and size of a directory push per compression, on random and on text-like data."""
+    print("\ndirectory push by compression (time, blob size)")
+    row("data", "none", "gzip 1", "zstd 3")
+    for kind, text in (("random", False), ("csv-like text", True)):
+        tree = work / f"comp-{kind[:3]}" / "dataset"
+        make_tree(tree, args.files, args.file_kib * 1024, text=text)
+        cells = []
+        for i, compression in enumerate(("none", "gzip", "zstd")):
+            run = k8sjobs("push", loc, f"bench/comp-{kind[:3]}:{i}", tree, env, compression)
+            cells.append(f"{run.seconds:6.2f}s {run.sent / 2**20:7.1f}MiB")
+        row(kind, *cells)
+
+
+if __name__ == "__main__":
+    main()
