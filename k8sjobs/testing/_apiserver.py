@@ -210,9 +210,9 @@ class ApiServer:
             _selectors.field_predicate(query.get("fieldSelector")),
         )
         raw_rv = query.get("resourceVersion", "")
-        initial = query.get("sendInitialEvents") == "true"
+        initial = _truthy(query.get("sendInitialEvents"))
         since = None if raw_rv in ("", "0") or initial else int(raw_rv)
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        bookmarks = _truthy(query.get("allowWatchBookmarks"))
         timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT)
         response = web.StreamResponse(headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
@@ -396,13 +396,13 @@ class ApiServer:
             raise _errors.bad_request(
                 f'container "{container}" in pod "{name}" is waiting to start: {reason}'
             )
-        previous = request.query.get("previous") in ("true", "1")
+        previous = _truthy(request.query.get("previous"))
         if previous:
             raise _errors.bad_request(
                 f'previous terminated container "{container}" in pod "{name}" not found'
             )
         tail = request.query.get("tailLines")
-        if request.query.get("follow") not in ("true", "1"):
+        if not _truthy(request.query.get("follow")):
             data = _tail(self.logs.read_log(ns, name, container, False), tail)
             return web.Response(body=data, content_type="text/plain")
         return await self._follow_log(request, ns, name, container, tail)
@@ -468,13 +468,18 @@ def _verb(method: str, name: str, query: Any) -> str:
     if method == "GET":
         if name:
             return "get"
-        return "watch" if query.get("watch") in ("1", "true") else "list"
+        return "watch" if _truthy(query.get("watch")) else "list"
     if method == "DELETE":
         return "delete" if name else "deletecollection"
     verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
     if method not in verbs:
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
     return verbs[method]
+
+
+def _truthy(value: str | None) -> bool:
+    """Return whether a boolean query parameter is set (clients send 1, true or True)."""
+    return (value or "").lower() in ("1", "true")
 
 
 async def _read_json(request: web.Request) -> Any:

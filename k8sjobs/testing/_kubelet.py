@@ -160,7 +160,7 @@ class Kubelet:
         if not paused:
             deferred, self._deferred = self._deferred, []
             for event in deferred:
-                self._on_event(event)
+                self._handle(event)
             for pod in list(self.store.iter("pods")):
                 self._consider(pod)
 
@@ -196,8 +196,12 @@ class Kubelet:
     # ------------------------------------------------------------------ events
 
     def _on_event(self, event: Event) -> None:
-        if event.resource != "pods":
-            return
+        # React after the write that caused the event has returned, never inside it, so
+        # that a controller's multi-step sync is not interleaved with pod transitions.
+        if event.resource == "pods" and self._loop is not None:
+            self._loop.call_soon(self._handle, event)
+
+    def _handle(self, event: Event) -> None:
         if self.paused:
             self._deferred.append(event)
             return

@@ -110,7 +110,8 @@ def default_job(job: dict[str, Any], uid: str) -> None:
         if key in spec:
             ordered[key] = spec[key]
     ordered["manualSelector"] = spec.get("manualSelector", False)
-    ordered["template"] = spec.get("template", {})
+    template = spec.get("template", {})
+    ordered["template"] = {"metadata": template.get("metadata", {}), **template}
     if "ttlSecondsAfterFinished" in spec:
         ordered["ttlSecondsAfterFinished"] = spec["ttlSecondsAfterFinished"]
     ordered["completionMode"] = spec.get("completionMode", "NonIndexed")

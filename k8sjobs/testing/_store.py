@@ -63,7 +63,7 @@ class Event:
         return self._line
 
 
-@dataclass
+@dataclass(eq=False)
 class Watcher:
     """One open watch: its filter and the bounded buffer of events not yet sent."""
 

@@ -1,0 +1,35 @@
+"""Shared helpers for the fake cluster's tests: a cluster with short timings and clients."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+from kubernetes_asyncio import client, config
+
+from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig
+
+FAST = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=1.0)
+
+
+async def api_client(cluster: FakeCluster) -> client.ApiClient:
+    """Return a kubernetes_asyncio client built from the cluster's kubeconfig."""
+    return await config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+
+
+@pytest_asyncio.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    """A simulated cluster with fast controller and kubelet timings."""
+    kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.005, default_duration=0.05)
+    async with FakeCluster(
+        directory=tmp_path, controller=FAST, kubelet_config=kubelet, bookmark_interval=0.2
+    ) as fake:
+        yield fake
+
+
+@pytest_asyncio.fixture
+async def api(cluster: FakeCluster) -> AsyncIterator[client.ApiClient]:
+    """A kubernetes_asyncio ApiClient talking to `cluster` over HTTP."""
+    async with await api_client(cluster) as api_client_:
+        yield api_client_
