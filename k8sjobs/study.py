@@ -25,6 +25,7 @@ without running. Errors in the file name the line and the field.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import itertools
 import json
 import time
@@ -152,9 +153,14 @@ def _expand(
     for i, name in enumerate(names):
         if not name:
             raise StudyError(f"{where('steps', i)}: step {i + 1} has no name")
-        if names.count(name) > 1:
-            raise StudyError(f'{where("steps", i, "name")}: two steps are called "{name}"')
+        first = names.index(name)
+        if first < i:
+            raise StudyError(
+                f'{where("steps", i, "name")}: step "{name}": name: another step is already '
+                f'called "{name}" ({where("steps", first, "name")}); give each step its own name'
+            )
     instances = {s["name"]: _instances(s, where) for s in raw}
+    outputs = {s["name"]: set(s.get("outputs") or {}) for s in raw}
     steps: list[Step] = []
     depends: dict[str, tuple[str, ...]] = {}
     backends: dict[str, str | None] = {}
@@ -162,7 +168,9 @@ def _expand(
     for spec in raw:
         for instance_name, params in instances[spec["name"]]:
             try:
-                step, deps = _build(spec, instance_name, params, instances, base_dir, where)
+                step, deps = _build(
+                    spec, instance_name, params, (instances, outputs), base_dir, where
+                )
             except StudyError as exc:  # report every bad step at once, not one per run
                 problems.append(str(exc))
                 break
@@ -171,7 +179,7 @@ def _expand(
             backends[instance_name] = spec.get("backend")
     if problems:
         raise StudyError("\n".join(problems))
-    _check_acyclic(depends, where)
+    _check_acyclic(depends, {n: s for s in raw for n, _ in instances[s["name"]]}, where)
     return Study(study, tuple(steps), depends, backends, description)
 
 
@@ -199,30 +207,39 @@ def _build(
     spec: Mapping[str, Any],
     name: str,
     params: Mapping[str, str],
-    instances: Mapping[str, list[tuple[str, dict[str, str]]]],
+    known: tuple[_Instances, Mapping[str, set[str]]],
     base_dir: Path,
     where: _Locator,
 ) -> tuple[Step, tuple[str, ...]]:
     index = spec["_index"]
+    instances = known[0]
+    label = f'step "{spec["name"]}"'
     fields = {k: v for k, v in spec.items() if k not in _EXTRA_STEP_KEYS and k != "_index"}
     fields["name"] = name
     if "script_file" in spec:
         if "script" in spec:
-            raise StudyError(f"{where('steps', index, 'script')}: give script or script_file")
+            raise StudyError(
+                f"{where('steps', index, 'script')}: {label}: script: give script or "
+                "script_file, not both"
+            )
         script_path = base_dir / str(spec["script_file"])
         try:
             fields["script"] = script_path.read_text()
         except OSError as exc:
             raise StudyError(
-                f"{where('steps', index, 'script_file')}: cannot read {script_path}: {exc.strerror}"
+                f"{where('steps', index, 'script_file')}: {label}: script_file: cannot read "
+                f"{script_path}: {exc.strerror}"
             ) from None
     if params:
         fields["env"] = {**(fields.get("env") or {}), **params}
     deps: list[str] = []
-    fields["inputs"] = _inputs(spec, instances, deps, where)
+    fields["inputs"] = _inputs(spec, known, deps, where)
     for dep in spec.get("depends") or []:
         if dep not in instances:
-            raise StudyError(f'{where("steps", index, "depends")}: no step is called "{dep}"')
+            raise StudyError(
+                f"{where('steps', index, 'depends')}: {label}: depends: no step is called "
+                f'"{dep}"{_did_you_mean(str(dep), instances)}'
+            )
         deps += [n for n, _ in instances[dep]]
     try:
         step = Step(**fields)
@@ -231,18 +248,41 @@ def _build(
     return step, tuple(dict.fromkeys(deps))
 
 
+_Instances = Mapping[str, list[tuple[str, dict[str, str]]]]
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f'; did you mean "{close[0]}"?' if close else ""
+
+
 def _inputs(
     spec: Mapping[str, Any],
-    instances: Mapping[str, list[tuple[str, dict[str, str]]]],
+    known: tuple[_Instances, Mapping[str, set[str]]],
     deps: list[str],
     where: _Locator,
 ) -> dict[str, Any]:
+    instances, outputs = known
     inputs: dict[str, Any] = {}
     for key, value in (spec.get("inputs") or {}).items():
+        here = (
+            f'{where("steps", spec["_index"], "inputs", key)}: step "{spec["name"]}": inputs.{key}'
+        )
         producer, output = _producer(value, instances)
         if producer is None:
+            if isinstance(value, str) and "." in value and not any(c in value for c in "/:@"):
+                step = value.rpartition(".")[0]  # "<step>.<output>" naming no step: a typo
+                raise StudyError(
+                    f'{here}: no step is called "{step}"{_did_you_mean(step, instances)} '
+                    '(write "<step>.<output>", or an artifact reference with a repository)'
+                )
             inputs[key] = value
             continue
+        if output not in outputs[producer]:
+            have = ", ".join(sorted(outputs[producer])) or "none"
+            raise StudyError(
+                f'{here}: step "{producer}" has no output "{output}" (its outputs: {have})'
+            )
         copies = instances[producer]
         for instance, params in copies:
             suffix = "-".join(f"{k.lower()}-{v}" for k, v in params.items())
@@ -280,7 +320,9 @@ def _describe(exc: ValidationError, spec: Mapping[str, Any], where: _Locator) ->
     return "\n".join(lines)
 
 
-def _check_acyclic(depends: Mapping[str, tuple[str, ...]], where: _Locator) -> None:
+def _check_acyclic(
+    depends: Mapping[str, tuple[str, ...]], raw: Mapping[str, Mapping[str, Any]], where: _Locator
+) -> None:
     done: set[str] = set()
     visiting: set[str] = set()
 
@@ -289,7 +331,12 @@ def _check_acyclic(depends: Mapping[str, tuple[str, ...]], where: _Locator) -> N
             return
         if name in visiting:
             cycle = " -> ".join((*trail, name))
-            raise StudyError(f"{where.source}: the steps depend on each other in a cycle: {cycle}")
+            spec = raw[name]
+            edge = "depends" if "depends" in spec else "inputs"
+            raise StudyError(
+                f'{where("steps", spec["_index"], edge)}: step "{spec["name"]}": {edge}: the '
+                f"steps depend on each other in a cycle: {cycle}"
+            )
         visiting.add(name)
         for dep in depends[name]:
             visit(dep, (*trail, name))
