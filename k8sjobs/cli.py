@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import K8sJobsError
+from .rbac import add_rbac_command
 from .render import Target, render
 from .session import Session
 from .spec import Step
@@ -110,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_cmd_report)
 
     _add_optional_commands(commands)
+    add_rbac_command(commands)
     return parser
 
 
@@ -138,9 +140,14 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 
 def _session(args: argparse.Namespace, study: str) -> Session:
+    backend: Any = args.backend
+    if backend == "local":  # --state-dir is where the local backend keeps everything
+        from .local import LocalBackend
+
+        backend = LocalBackend(state_dir=args.state_dir)
     return Session(
         study=study,
-        backend=args.backend,
+        backend=backend,
         namespace=args.namespace,
         kubeconfig=args.kubeconfig,
         context=args.context,
@@ -171,8 +178,9 @@ async def _attach(args: argparse.Namespace) -> tuple[Session, list[Any]]:
     session = _session(args, args.study)
     await session.start()
     handles = await session.attach(args.study)
-    if args.steps:
-        handles = [h for h in handles if h.name in args.steps]
+    only = getattr(args, "steps", None)  # `logs` names one step, not a list
+    if only:
+        handles = [h for h in handles if h.name in only]
     return session, handles
 
 

@@ -56,6 +56,7 @@ STATUS_DIR = "/k8sjobs/status"
 AUTH_DIR = "/k8sjobs/registry-auth"
 HANDOFF_CONFIG = f"{ENTRYPOINT_DIR}/handoff.json"
 HANDOFF_UID = 65532
+HANDOFF_TMP = "handoff-tmp"
 
 # Runs the user's interpreter as a child and records its exit code for the push container.
 # The user's argv arrives as "$@": nothing of the user's is ever spliced into this text.
@@ -287,6 +288,15 @@ def expand_launcher(step: Step, name: str) -> str:
     return "".join([*pieces, script[last:]])
 
 
+def _literal(value: str) -> str:
+    """Return ``value`` escaped so that Kubernetes' ``$(VAR)`` expansion gives it back unchanged.
+
+    The kubelet expands ``$(NAME)`` in env values and turns ``$$`` into ``$``: without this a
+    value holding ``$(K8SJOBS_STEP)`` or ``$$`` would not arrive as written.
+    """
+    return value.replace("$", "$$")
+
+
 def _env(step: Step, target: Target, outputs: bool) -> list[dict[str, Any]]:
     res = step.resources
     env: list[dict[str, Any]] = [
@@ -303,7 +313,7 @@ def _env(step: Step, target: Target, outputs: bool) -> list[dict[str, Any]]:
     ]
     if outputs:
         env.append({"name": "K8SJOBS_STATUS_DIR", "value": STATUS_DIR})
-    return env
+    return [{"name": e["name"], "value": _literal(e["value"])} for e in env]
 
 
 def _user_env(step: Step, name: str) -> list[dict[str, Any]]:
@@ -318,7 +328,7 @@ def _user_env(step: Step, name: str) -> list[dict[str, Any]]:
             ref = {"name": value.secret, "key": value.key}
             env.append({"name": key, "valueFrom": {"secretKeyRef": ref}})
         else:
-            env.append({"name": key, "value": value})
+            env.append({"name": key, "value": _literal(value)})
     return env
 
 
@@ -367,6 +377,8 @@ def _handoff_container(
     env = _env(step, target, outputs)
     if outputs:
         mounts.append({"name": "status", "mountPath": STATUS_DIR})
+    # The root filesystem is read-only; archives of directory outputs are staged in /tmp.
+    mounts.append({"name": HANDOFF_TMP, "mountPath": "/tmp"})
     if target.registry_secret:
         mounts.append({"name": "registry-auth", "mountPath": AUTH_DIR, "readOnly": True})
         env.append({"name": "DOCKER_CONFIG", "value": AUTH_DIR})
@@ -397,6 +409,9 @@ def _volumes(step: Step, target: Target, name: str, outputs: bool) -> list[dict[
         volumes.append({"name": "status", "emptyDir": {}})
     if step.security == "restricted":
         volumes.append({"name": "tmp", "emptyDir": {}})
+    if step.inputs or step.outputs:
+        # Not shared with the step's own /tmp: the user's script never meets the handoff's files.
+        volumes.append({"name": HANDOFF_TMP, "emptyDir": {}})
     if target.registry_secret and (step.inputs or step.outputs):
         auth = {
             "secretName": target.registry_secret,

@@ -1,0 +1,149 @@
+"""The least rights k8sjobs needs in one namespace: a ServiceAccount, a Role, a RoleBinding.
+
+    k8sjobs rbac --namespace hpc --service-account k8sjobs | kubectl apply -f -
+
+``RULES`` lists every (API group, resource, verbs) the Kubernetes backend sends, and why;
+``rbac_objects`` turns it into objects (pure: no I/O). Nothing is cluster-wide: a Role, not
+a ClusterRole. tests/security/test_rbac.py runs the backend on the fake cluster with only
+these rights and checks that every right is used and none is missing; docs/security.md
+explains each rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from .spec import _check_dns_label
+
+__all__ = ["DEFAULT_SERVICE_ACCOUNT", "RULES", "Rule", "add_rbac_command", "rbac_objects"]
+
+DEFAULT_SERVICE_ACCOUNT = "k8sjobs"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One Role rule: ``verbs`` on ``resource`` (``pods/log`` for a subresource) in ``group``."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+
+
+# Verbs in the order kubectl prints them. Each "why" names the code path in kube/backend.py.
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "batch",
+        "jobs",
+        ("create", "get", "list", "watch", "delete"),
+        "create a step's Job; get it when the name is taken, to adopt or refuse it; list and "
+        "watch the study's Jobs (one shared watch); delete to cancel, replace or clean up",
+    ),
+    Rule(
+        "",
+        "configmaps",
+        ("create", "get", "list", "update", "patch", "delete"),
+        "the step's script and handoff configuration: create; get and update a stale one "
+        "left by a driver that died before its Job; list to find such orphans on attach; "
+        "patch its ownerReference to the Job; delete on replace",
+    ),
+    Rule(
+        "",
+        "secrets",
+        ("create", "get", "update", "patch", "delete"),
+        "the Secret holding a step's SecretStr env values: the same life as its ConfigMap "
+        "(no list or watch: k8sjobs never enumerates Secrets)",
+    ),
+    Rule(
+        "",
+        "services",
+        ("create", "get", "update", "patch", "delete"),
+        "the headless Service of a multi-node step, so indexed pods find each other",
+    ),
+    Rule(
+        "",
+        "pods",
+        ("list", "watch"),
+        "follow the study's pods (one shared watch) to tell pending, running and why it failed",
+    ),
+    Rule(
+        "",
+        "pods/log",
+        ("get",),
+        "read and follow logs; read the push container's output digests; save a failed log",
+    ),
+)
+
+
+def rbac_objects(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT) -> list[Any]:
+    """Return the ServiceAccount, Role and RoleBinding that let k8sjobs run in ``namespace``."""
+    _check_dns_label(namespace, "namespace")
+    _check_dns_label(service_account, "service account name")
+    labels = {"app.kubernetes.io/managed-by": "k8sjobs"}
+
+    def meta(name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(service_account)}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": meta(service_account),
+        "rules": [
+            {"apiGroups": [r.group], "resources": [r.resource], "verbs": list(r.verbs)}
+            for r in RULES
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta(service_account),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": service_account,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }
+    return [account, role, binding]
+
+
+def rbac_yaml(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT) -> str:
+    """Return ``rbac_objects`` as one YAML stream for ``kubectl apply -f -``, rules explained."""
+    header = [f"# k8sjobs: the rights it needs in namespace {namespace}, and nothing else."]
+    for rule in RULES:
+        header += textwrap.wrap(
+            f"{rule.resource}: {rule.why}",
+            width=98,
+            initial_indent="#   ",
+            subsequent_indent="#     ",
+        )
+    body = yaml.safe_dump_all(rbac_objects(namespace, service_account), sort_keys=False)
+    return "\n".join(header) + "\n" + body
+
+
+def add_rbac_command(commands: Any) -> None:
+    """Add ``k8sjobs rbac`` to the CLI's subparsers."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "rbac",
+        help="print the ServiceAccount, Role and RoleBinding k8sjobs needs in a namespace",
+        description="Print, as YAML for kubectl apply, the least rights k8sjobs needs.",
+    )
+    parser.add_argument("--namespace", "-n", required=True, help="where the steps run")
+    parser.add_argument(
+        "--service-account",
+        default=DEFAULT_SERVICE_ACCOUNT,
+        help=f"the ServiceAccount to create and bind (default {DEFAULT_SERVICE_ACCOUNT})",
+    )
+    parser.set_defaults(func=_cmd_rbac)
+
+
+def _cmd_rbac(args: argparse.Namespace) -> int:
+    sys.stdout.write(rbac_yaml(args.namespace, args.service_account))
+    return 0
