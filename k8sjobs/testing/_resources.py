@@ -301,8 +301,8 @@ class Validator:
             with self._lock:
                 kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            field = ".".join(str(p) for p in getattr(exc.caught, "path", [])) or "<root>"
-            message = str(getattr(exc.caught, "message", exc)).splitlines()[0]
+            field = ".".join(str(p) for p in getattr(exc, "path", [])) or "<root>"
+            message = str(getattr(exc, "message", exc)).splitlines()[0]
             return [cause("FieldValueInvalid", f"Invalid value: {message}", field)]
         except kubernetes_validate.SchemaNotFoundError:
             return []

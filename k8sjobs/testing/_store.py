@@ -211,9 +211,9 @@ class Store:
         return dropped
 
     def compact(self) -> None:
-        """Forget the whole history: watches from any older resourceVersion now get 410."""
+        """Forget the whole history: every resourceVersion handed out so far now gets 410."""
         self._history.clear()
-        self._floor = self.rv
+        self._floor = self.rv + 1
 
     def listen(self, callback: Callable[[Event], None]) -> None:
         """Call `callback` synchronously after every write (for in-process controllers)."""
