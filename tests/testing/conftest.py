@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest_asyncio
@@ -33,3 +34,12 @@ async def api(cluster: FakeCluster) -> AsyncIterator[client.ApiClient]:
     """A kubernetes_asyncio ApiClient talking to `cluster` over HTTP."""
     async with await api_client(cluster) as api_client_:
         yield api_client_
+
+
+async def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
+    """Wait until `predicate()` is true, checking every 20 ms; fail after `timeout` s."""
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout} s")

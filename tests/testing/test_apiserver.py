@@ -14,6 +14,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiException
 
 from k8sjobs.testing import FakeCluster
+from tests.testing.conftest import api_client, wait_until
 
 REFERENCE = Path(os.environ.get("K8S_REFERENCE", "/work/shared/k8s-reference"))
 
@@ -289,9 +290,7 @@ async def test_deleting_a_job_collects_its_pods_and_owned_objects(
     await asyncio.sleep(0.3)
     assert cluster.objects("pods")
     await batch.delete_namespaced_job("gc", "default", propagation_policy="Background")
-    async with asyncio.timeout(5):
-        while cluster.objects("pods") or cluster.objects("configmaps"):
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not (cluster.objects("pods") or cluster.objects("configmaps")))
 
 
 async def test_foreground_deletion_waits_for_dependents(
@@ -303,9 +302,7 @@ async def test_foreground_deletion_waits_for_dependents(
     await batch.delete_namespaced_job("fg", "default", propagation_policy="Foreground")
     job = await batch.read_namespaced_job("fg", "default")
     assert job.metadata.deletion_timestamp and "foregroundDeletion" in job.metadata.finalizers
-    async with asyncio.timeout(5):
-        while cluster.get("jobs", "fg") is not None:
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not (cluster.get("jobs", "fg") is not None))
     assert not cluster.objects("pods")
 
 
@@ -337,9 +334,7 @@ async def test_deletecollection_and_graceful_pod_deletion(
     await asyncio.sleep(0.2)
     deleting = await core.delete_namespaced_pod("p", "default", grace_period_seconds=30)
     assert deleting.metadata.deletion_grace_period_seconds == 30
-    async with asyncio.timeout(5):
-        while cluster.get("pods", "p") is not None:
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not (cluster.get("pods", "p") is not None))
 
 
 async def test_pod_logs_with_tail_and_follow(api: client.ApiClient) -> None:
@@ -359,15 +354,13 @@ async def test_pod_logs_with_tail_and_follow(api: client.ApiClient) -> None:
     assert await core.read_namespaced_pod_log("lg", "default", tail_lines=2) == "b\nc\n"
     followed = await core.read_namespaced_pod_log("lg", "default", follow=True, container="c")
     assert followed == "a\nb\nc\n"
-    status, body = await error_of(core.read_namespaced_pod_log("lg", "default", previous=True))
+    status, _ = await error_of(core.read_namespaced_pod_log("lg", "default", previous=True))
     assert status == 400
 
 
 async def test_bearer_token_and_tls(tmp_path: Path) -> None:
     async with FakeCluster(directory=tmp_path, tls=True) as fake:
         assert fake.url.startswith("https://")
-        from tests.testing.conftest import api_client
-
         async with await api_client(fake) as api:
             found = await client.CoreV1Api(api).list_namespace()
             assert [n.metadata.name for n in found.items] == ["default"]

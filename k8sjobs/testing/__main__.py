@@ -1,0 +1,55 @@
+"""`python -m k8sjobs.testing serve --kubeconfig PATH [--kubelet execute|simulate]`.
+
+Runs a fake cluster in the foreground for hands-on use (kubectl, a driver under
+development) until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from pathlib import Path
+
+from k8sjobs.testing._cluster import FakeCluster
+from k8sjobs.testing._kubelet import NodeConfig
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m k8sjobs.testing", description="Run a fake Kubernetes cluster."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve until interrupted")
+    serve.add_argument(
+        "--kubeconfig",
+        type=Path,
+        required=True,
+        help="where to write the kubeconfig for this cluster",
+    )
+    serve.add_argument("--kubelet", choices=("simulate", "execute"), default="simulate")
+    serve.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    serve.add_argument("--tls", action="store_true", help="serve HTTPS with a test CA and token")
+    serve.add_argument("--cpu", default="64", help="node cpu capacity")
+    serve.add_argument("--memory", default="256Gi", help="node memory capacity")
+    serve.add_argument("--gpu", type=int, default=0, help="node nvidia.com/gpu capacity")
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    node = NodeConfig(cpu=args.cpu, memory=args.memory, gpu=args.gpu)
+    async with FakeCluster(args.kubelet, node=node, tls=args.tls, port=args.port) as cluster:
+        cluster.write_kubeconfig(args.kubeconfig)
+        print(f"fake cluster at {cluster.url}; kubeconfig written to {args.kubeconfig}", flush=True)
+        await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line and run the cluster until Ctrl-C."""
+    args = _parser().parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()
