@@ -116,11 +116,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: Any) -> None:
-    try:  # TODO(integration): unconditional once k8sjobs.artifacts.cli lands
-        from .artifacts.cli import add_artifact_commands
+    import importlib
+
+    try:  # TODO(integration): a plain import once k8sjobs.artifacts.cli lands
+        module = importlib.import_module("k8sjobs.artifacts.cli")
     except ImportError:
         return
-    add_artifact_commands(commands)
+    module.add_artifact_commands(commands)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,243 @@
+"""The ``k8sjobs`` command, run as a subprocess the way a person runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+PIPELINE = EXAMPLES / "pipeline" / "study.yaml"
+# A unique word in every process the sleeping study starts, found again with pgrep -f.
+MARKER = f"k8sjobs-cli-test-{os.getpid()}"
+
+SLEEPY = f"""
+name: sleepy
+steps:
+  - name: first
+    script: echo started; bash -c 'sleep 30; true' {MARKER}
+  - name: second
+    script: bash -c 'sleep 30; true' {MARKER}
+  - name: third
+    depends: [first]
+    script: echo never
+"""
+
+FAILING = """
+name: mixed
+steps:
+  - name: good
+    script: echo fine
+  - name: bad
+    script: echo about to fail; exit 7
+  - name: after-bad
+    depends: [bad]
+    script: echo never
+"""
+
+
+def k8sjobs(
+    cwd: Path, *args: str, check: int | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """Run ``k8sjobs ARGS`` in ``cwd`` (stdout a pipe: not a terminal); check the exit code."""
+    done = subprocess.run(
+        [sys.executable, "-m", "k8sjobs.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check is not None:
+        assert done.returncode == check, done.stdout + done.stderr
+    return done
+
+
+def start(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "k8sjobs.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def study_file(folder: Path, text: str) -> Path:
+    path = folder / "study.yaml"
+    path.write_text(text)
+    return path
+
+
+def marked_processes() -> list[str]:
+    found = subprocess.run(["pgrep", "-f", MARKER], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def sleepy_run(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A `k8sjobs run` of two 30 s steps, started and seen running; killed if a test fails."""
+    study_file(tmp_path, SLEEPY)
+    process = start(tmp_path, "run", "study.yaml")
+    try:
+        wait_for(lambda: len(marked_processes()) == 2)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.communicate(timeout=10)
+        for pid in marked_processes():  # never leave a sleeper behind, even on failure
+            os.kill(int(pid), signal.SIGKILL)
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+def test_run_pipeline_example_succeeds(tmp_path: Path) -> None:
+    done = k8sjobs(tmp_path, "run", str(PIPELINE), check=0)
+    assert "5 steps in" in done.stdout and "5 succeeded" in done.stdout
+    assert k8sjobs(tmp_path, "logs", "--study", "pipeline", "aggregate", check=0).stdout.startswith(
+        "rows=3000 mean_square="
+    )
+
+
+def test_run_failing_step_exits_1_and_says_which_and_why(tmp_path: Path) -> None:
+    study_file(tmp_path, FAILING)
+    done = k8sjobs(tmp_path, "run", "study.yaml", check=1)
+    lines = done.stdout.splitlines()
+    # Not a terminal: one plain line per change, no live table, no escape codes.
+    assert "\x1b[" not in done.stdout
+    assert any(line.endswith("good: SUCCEEDED (Completed)") for line in lines)
+    assert "3 steps in" in done.stdout and "1 succeeded, 2 failed" in done.stdout
+    summary = lines[lines.index("") + 2 :]
+    assert summary[0].startswith("  bad: FAILED (container step exited with code 7")
+    assert "; log: " in summary[0] and summary[0].endswith("step.log")
+    assert summary[1] == "  after-bad: FAILED (not run: upstream bad FAILED)"
+
+
+def test_run_bad_study_exits_2_with_line_and_field(tmp_path: Path) -> None:
+    study_file(tmp_path, "name: s\nsteps:\n  - name: a\n    script: echo\n    retires: 2\n")
+    done = k8sjobs(tmp_path, "run", "study.yaml", check=2)
+    assert done.stderr.startswith('error: study.yaml:5: step "a": retires:')
+    assert 'did you mean "retries"?' in done.stderr
+
+
+def test_ctrl_c_cancels_every_step_and_exits_130(
+    tmp_path: Path, sleepy_run: subprocess.Popen[str]
+) -> None:
+    sleepy_run.send_signal(signal.SIGINT)
+    out, _ = sleepy_run.communicate(timeout=15)
+    assert sleepy_run.returncode == 130
+    assert marked_processes() == []
+    assert "3 steps in" in out and "3 cancelled" in out
+    for step in ("first", "second", "third"):
+        assert f"  {step}: CANCELLED" in out
+    status = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout
+    assert status.count("CANCELLED") == 2  # "third" never started: it has no record
+
+
+# --- status, logs, cancel from another process --------------------------------------------
+
+
+def test_status_logs_and_cancel_from_a_second_process(
+    tmp_path: Path, sleepy_run: subprocess.Popen[str]
+) -> None:
+    status = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout
+    assert [line.split()[:2] for line in status.splitlines()[2:]] == [
+        ["first", "│"],
+        ["second", "│"],
+    ]
+    assert status.count("RUNNING") == 2
+    wait_for(lambda: k8sjobs(tmp_path, "logs", "--study", "sleepy", "first").stdout)
+    assert k8sjobs(tmp_path, "logs", "--study", "sleepy", "first", check=0).stdout == "started\n"
+    cancel = k8sjobs(tmp_path, "cancel", "--study", "sleepy", check=0).stdout
+    assert sorted(cancel.splitlines()) == ["first: cancelled", "second: cancelled"]
+    out, _ = sleepy_run.communicate(timeout=15)
+    assert sleepy_run.returncode == 1
+    assert marked_processes() == []
+    assert "  first: CANCELLED (cancelled from another process)" in out
+    assert "  third: FAILED (not run: upstream first CANCELLED)" in out
+    # After the run: the records stay, and cancel has nothing left to do.
+    after = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout
+    assert after.count("CANCELLED") == 2
+    nothing = k8sjobs(tmp_path, "cancel", "--study", "sleepy", check=0).stdout
+    assert nothing == 'study "sleepy": nothing running to cancel\n'
+
+
+def test_status_and_logs_after_a_run(tmp_path: Path) -> None:
+    study_file(tmp_path, FAILING)
+    k8sjobs(tmp_path, "run", "study.yaml", check=1)
+    status = k8sjobs(tmp_path, "status", "--study", "mixed", check=1).stdout
+    assert "SUCCEEDED" in status and "container step exited with code 7" in status
+    assert k8sjobs(tmp_path, "status", "--study", "mixed", "good", check=0)
+    logs = k8sjobs(tmp_path, "logs", "--study", "mixed", "bad", check=0)
+    assert logs.stdout == "about to fail\n"
+    missing = k8sjobs(tmp_path, "logs", "--study", "mixed", "nope", check=1)
+    assert 'has no step "nope" (steps: bad, good)' in missing.stderr
+    assert k8sjobs(tmp_path, "status", "--study", "other", check=1).stderr == (
+        'study "other": no steps found\n'
+    )
+
+
+def test_state_dir_option_keeps_everything_there(tmp_path: Path) -> None:
+    study_file(tmp_path, FAILING)
+    k8sjobs(tmp_path, "--state-dir", "elsewhere", "run", "study.yaml", check=1)
+    assert not (tmp_path / ".k8sjobs").exists()
+    assert {p.name for p in (tmp_path / "elsewhere").iterdir()} >= {"steps", "pods", "runs"}
+    k8sjobs(tmp_path, "--state-dir", "elsewhere", "status", "--study", "mixed", check=1)
+
+
+# --- render and report --------------------------------------------------------------------
+
+
+def test_render_prints_yaml_that_validates(tmp_path: Path) -> None:
+    done = k8sjobs(
+        tmp_path, "render", str(PIPELINE), "--registry", "registry.example:5000/k8sjobs", check=0
+    )
+    documents = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert [d["kind"] for d in documents] == ["ConfigMap", "Job"] * 5
+    for document in documents:
+        kubernetes_validate.validate(document, "1.30", strict=True)
+    jobs = [d for d in documents if d["kind"] == "Job"]
+    assert jobs[1]["metadata"]["name"].startswith("pipeline-transform-shard-0-")
+
+
+def test_render_one_step_file(tmp_path: Path) -> None:
+    (tmp_path / "step.yaml").write_text("name: solo\nscript: echo hi\n")
+    done = k8sjobs(tmp_path, "render", "step.yaml", "--namespace", "lab", check=0)
+    job = next(d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Job")
+    assert job["metadata"]["namespace"] == "lab"
+
+
+def test_report_writes_html_with_a_row_per_step(tmp_path: Path) -> None:
+    study_file(tmp_path, FAILING)
+    k8sjobs(tmp_path, "run", "study.yaml", check=1)
+    done = k8sjobs(tmp_path, "report", "study.yaml", "-o", "timeline.html", check=0)
+    assert done.stdout == "wrote timeline.html\n"
+    page = (tmp_path / "timeline.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    assert page.count('<text x="4"') == 3
+    for step in ("good", "bad", "after-bad"):
+        assert f">{step}</text>" in page
+    run = json.loads(next((tmp_path / ".k8sjobs" / "runs").glob("*.json")).read_text())
+    assert [s["state"] for s in run["steps"]] == ["SUCCEEDED", "FAILED", "FAILED"]
+
+
+def test_report_without_a_run_exits_1(tmp_path: Path) -> None:
+    done = k8sjobs(tmp_path, "report", "nothing", check=1)
+    assert 'no recorded run of study "nothing"' in done.stderr
