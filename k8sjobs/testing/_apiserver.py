@@ -236,7 +236,7 @@ class ApiServer:
 
     async def _send_pending(self, response: web.StreamResponse, watcher: Any) -> None:
         while watcher.pending:
-            chunk = []
+            chunk: list[bytes] = []
             while watcher.pending and len(chunk) < 256:
                 chunk.append(watcher.pending.popleft().line())
             await response.write(b"".join(chunk))
@@ -417,7 +417,7 @@ class ApiServer:
                 )
             return container
         if len(names) == 1:
-            return names[0]
+            return str(names[0])
         raise _errors.bad_request(
             f"a container name must be specified for pod {pod['metadata']['name']}, choose one "
             f"of: [{' '.join(names)}]"

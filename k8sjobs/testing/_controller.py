@@ -254,7 +254,7 @@ class JobController:
         uid = job["metadata"]["uid"]
         if deadline is None or not status.get("startTime") or uid not in self._started:
             return False
-        return time.monotonic() >= self._started[uid] + deadline * self.config.time_scale
+        return time.monotonic() >= self._started[uid] + float(deadline) * self.config.time_scale
 
     def _succeeded_enough(self, job: Obj, status: Obj, outcome: _Outcome) -> bool:
         spec = job["spec"]
@@ -266,7 +266,7 @@ class JobController:
         succeeded = _succeeded_total(status, outcome)
         if completions is None:
             return succeeded > 0 and not outcome.active
-        return succeeded >= completions
+        return succeeded >= int(completions)
 
     def _stop_active(self, job: Obj, status: Obj, outcome: _Outcome) -> _Outcome:
         failing = _has(status["conditions"], "FailureTarget")
@@ -346,7 +346,7 @@ class JobController:
             self._last_failure[uid] = time.monotonic()
         if failed == 0 or uid not in self._last_failure:
             return 0.0
-        delay = min(self.config.backoff_base * 2 ** (failed - 1), self.config.backoff_max)
+        delay = min(self.config.backoff_base * 2.0 ** (failed - 1), self.config.backoff_max)
         return self._last_failure[uid] + delay - time.monotonic()
 
     def _missing_indexes(self, job: Obj, status: Obj, outcome: _Outcome) -> list[int]:
@@ -591,7 +591,7 @@ def _uncounted_field(succeeded: list[str], failed: list[str]) -> Obj:
 def _succeeded_total(status: Obj, outcome: _Outcome) -> int:
     uncounted = status.get("uncountedTerminatedPods") or {}
     return (
-        status.get("succeeded", 0)
+        int(status.get("succeeded", 0))
         + len(uncounted.get("succeeded", []))
         + len(outcome.new_succeeded)
     )
@@ -599,7 +599,7 @@ def _succeeded_total(status: Obj, outcome: _Outcome) -> int:
 
 def _failed_total(status: Obj, outcome: _Outcome) -> int:
     uncounted = status.get("uncountedTerminatedPods") or {}
-    return status.get("failed", 0) + len(uncounted.get("failed", [])) + len(outcome.new_failed)
+    return int(status.get("failed", 0)) + len(uncounted.get("failed", [])) + len(outcome.new_failed)
 
 
 def _pod_ready(pod: Obj) -> bool:

@@ -17,7 +17,9 @@ _EXISTS_TERM = re.compile(r"^\s*(!?)\s*([\w./-]+)\s*$")
 
 def _split_terms(selector: str) -> list[str]:
     """Split on commas that are not inside an `in (...)` set."""
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in selector:
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:
