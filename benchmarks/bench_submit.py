@@ -258,19 +258,21 @@ async def main() -> None:
         print("|---|---|")
         print(f"| raw aiohttp POST loop, ConfigMap+Job pairs/s | {raw:.0f} |")
         print(f"| kubernetes_asyncio typed API, pairs/s | {typed:.0f} ({typed / raw:.0%} of raw) |")
-        print(
-            f"| k8sjobs submit (3 writes/step), steps/s | {ours:.0f} ({ours / raw:.0%} of raw; floor 90%) |"
-        )
+        share = f"{ours / raw:.0%} of raw; floor 90%"
+        print(f"| k8sjobs submit (3 writes/step), steps/s | {ours:.0f} ({share}) |")
         lat = await latency(kubeconfig, server, n)
         print(
-            f"| waiting: reads per step / watch (re)connections opened while waiting | {lat['reads_per_step']:.2f} / {lat['watches']:.0f} |"
+            "| waiting: reads per step / watch (re)connections opened while waiting | "
+            f"{lat['reads_per_step']:.2f} / {lat['watches']:.0f} |"
         )
         print(
-            f"| completion noticed after reference watch, p50 / p99 ms | {lat['p50']:.1f} / {lat['p99']:.1f} (floor p99 <= 100) |"
+            "| completion noticed after reference watch, p50 / p99 ms | "
+            f"{lat['p50']:.1f} / {lat['p99']:.1f} (floor p99 <= 100) |"
         )
         poll = await polling(kubeconfig, server, min(n, 500), args.poll_interval)
         print(
-            f"| per-job polling every {args.poll_interval:g}s: reads per step | {poll['reads_per_step']:.2f} |"
+            f"| per-job polling every {args.poll_interval:g}s: reads per step | "
+            f"{poll['reads_per_step']:.2f} |"
         )
         print(
             f"| per-job polling: detection p50 / p99 ms | {poll['p50']:.0f} / {poll['p99']:.0f} |"
