@@ -260,7 +260,7 @@ class OCILayout:
         artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
         annotations: dict[str, str] | None = None,
         compression: Compression = "gzip",
-        level: int = 1,
+        level: int | None = None,
         progress: _transfer.ProgressCallback | None = None,
     ) -> _transfer.PushResult:
         """Store files and directories as one artifact; return its reference and digest."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -9,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote, urlencode, urljoin
 
+import aiohttp
 import anyio.to_thread
 
 from . import _media, _transfer
@@ -134,14 +136,23 @@ class Registry:
     async def _body(
         self, reader: HashingReader, length: int, sent: _transfer.BytesCallback
     ) -> AsyncIterator[bytes]:
+        """Yield ``length`` bytes of the file; the next chunk is read and hashed in a worker
+        thread while the current one is being sent."""
+        loop = asyncio.get_running_loop()
         left = length
-        while left > 0:
-            chunk = await anyio.to_thread.run_sync(reader.read, min(READ_CHUNK, left))
-            if not chunk:
-                raise RegistryError("The file shrank while it was being uploaded.")
-            left -= len(chunk)
-            sent(len(chunk))
-            yield chunk
+        ahead = loop.run_in_executor(None, reader.read, min(READ_CHUNK, left))
+        try:
+            while left > 0:
+                chunk = await ahead
+                if not chunk:
+                    raise RegistryError("The file shrank while it was being uploaded.")
+                left -= len(chunk)
+                if left > 0:
+                    ahead = loop.run_in_executor(None, reader.read, min(READ_CHUNK, left))
+                sent(len(chunk))
+                yield chunk
+        finally:
+            await asyncio.wait([ahead])  # never leave a read running on a file about to close
 
     async def _upload_once(
         self,
@@ -316,34 +327,58 @@ class Registry:
         """Stream a blob into ``dest``, verifying its size and digest; retried from scratch."""
         what = f"Fetching {desc.title or desc.digest} of {ref}"
         url = self._url(ref, f"blobs/{desc.digest}")
-        got = [0]
+        got: list[int] = []
 
         async def attempt() -> None:
-            received(-got[0])
-            got[0] = 0
+            received(-sum(got))  # a restarted download reports its bytes again
+            got.clear()
             writer = await anyio.to_thread.run_sync(
                 VerifyingWriter, dest, desc.digest, desc.size, what
             )
             try:
                 resp = await self._send("GET", ref, url, what, scope=self._scope(ref))
                 async with resp:
-                    buffer = bytearray()
-                    async for piece in resp.content.iter_chunked(READ_CHUNK):
-                        buffer += piece
-                        if len(buffer) >= READ_CHUNK:
-                            await anyio.to_thread.run_sync(writer.write, bytes(buffer))
-                            got[0] += len(buffer)
-                            received(len(buffer))
-                            buffer.clear()
-                    await anyio.to_thread.run_sync(writer.write, bytes(buffer))
-                    received(len(buffer))
-                    got[0] += len(buffer)
+                    await self._drain_into(resp, writer, lambda n: self._count(got, received, n))
                 await anyio.to_thread.run_sync(writer.finish)
             except BaseException:
                 await anyio.to_thread.run_sync(writer.abort)
                 raise
 
         await with_retries(attempt, self._transport.retry, what)
+
+    @staticmethod
+    def _count(got: list[int], received: _transfer.BytesCallback, n: int) -> None:
+        got.append(n)
+        received(n)
+
+    @staticmethod
+    async def _drain_into(
+        resp: aiohttp.ClientResponse, writer: VerifyingWriter, received: _transfer.BytesCallback
+    ) -> None:
+        """Copy a response body into ``writer``: one chunk is written and hashed in a worker
+        thread while the next one arrives from the socket (order kept: one write at a time)."""
+        loop = asyncio.get_running_loop()
+        writing: asyncio.Future[None] | None = None
+        pieces: list[bytes] = []
+        buffered = 0
+        try:
+            async for piece in resp.content.iter_chunked(READ_CHUNK):
+                pieces.append(piece)
+                buffered += len(piece)
+                if buffered < READ_CHUNK:
+                    continue
+                if writing is not None:
+                    await writing
+                writing = loop.run_in_executor(None, writer.write, b"".join(pieces))
+                received(buffered)
+                pieces, buffered = [], 0
+            if writing is not None:
+                await writing
+            await anyio.to_thread.run_sync(writer.write, b"".join(pieces))
+            received(buffered)
+        finally:
+            if writing is not None:
+                await asyncio.wait([writing])
 
     # -- ArtifactStore ------------------------------------------------------------------
 
@@ -355,7 +390,7 @@ class Registry:
         artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
         annotations: dict[str, str] | None = None,
         compression: Compression = "gzip",
-        level: int = 1,
+        level: int | None = None,
         progress: _transfer.ProgressCallback | None = None,
     ) -> _transfer.PushResult:
         """Push files and directories as one artifact; return its reference and digest."""

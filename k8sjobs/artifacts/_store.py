@@ -28,7 +28,7 @@ class ArtifactStore(Protocol):
         artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
         annotations: dict[str, str] | None = None,
         compression: Compression = "gzip",
-        level: int = 1,
+        level: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> PushResult: ...
 

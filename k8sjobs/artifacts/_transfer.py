@@ -94,7 +94,7 @@ class PushOptions:
     artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE
     annotations: Mapping[str, str] | None = None
     compression: _tarball.Compression = "gzip"
-    level: int = 1
+    level: int | None = None
     concurrency: int = 4
     progress: ProgressCallback | None = None
 
@@ -166,7 +166,8 @@ class _Pusher:
 
     def _write_archive(self, root: Path, archive: Path) -> _tarball.ArchiveInfo:
         with archive.open("wb") as out:
-            return _tarball.write_archive(root, out, self.opts.compression, self.opts.level)
+            level = _tarball.choose_level(root, self.opts.compression, self.opts.level)
+            return _tarball.write_archive(root, out, self.opts.compression, level)
 
     def _dir_descriptor(self, path: Path, digest: str, size: int, tar_digest: str) -> Descriptor:
         annotations = {
