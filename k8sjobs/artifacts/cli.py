@@ -1,0 +1,201 @@
+"""``k8sjobs artifact push|pull|tags|rm``: argparse commands for the main CLI to wire in.
+
+    parser = argparse.ArgumentParser(prog="k8sjobs")
+    add_artifact_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args()
+    sys.exit(args.run(args))
+
+Each command's ``run`` returns an exit code; errors print one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from ._store import ArtifactStore, open_store
+from ._tarball import Compression
+from ._transfer import ProgressEvent
+from .errors import RegistryError
+
+DEFAULT_STORE = "oci:.k8sjobs/artifacts"
+
+
+class ProgressBars:
+    """A rich progress display with one bar per blob, fed by ProgressEvents."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            disable=not enabled,
+            transient=True,
+        )
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> ProgressBars:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        task = self._tasks.get(event.name)
+        if task is None:
+            task = self._tasks[event.name] = self._progress.add_task(event.name, total=event.total)
+        self._progress.update(task, completed=event.completed, total=event.total)
+
+
+def _store(args: argparse.Namespace) -> ArtifactStore:
+    return open_store(args.store, plain_http=args.plain_http, ca_file=args.ca_file)
+
+
+def _parse_annotations(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RegistryError(f'Annotation "{item}" must be written key=value.')
+        out[key] = value
+    return out
+
+
+async def _push(args: argparse.Namespace) -> None:
+    compression: Compression
+    compression, _, level = args.compression.partition(":")
+    annotations = _parse_annotations(args.annotation)
+    with ProgressBars(args.progress) as bars:
+        async with _store(args) as store:
+            result = await store.push(
+                args.reference,
+                args.paths,
+                artifact_type=args.artifact_type,
+                annotations=annotations,
+                compression=compression,
+                level=int(level) if level else None,
+                progress=bars,
+            )
+    print(
+        json.dumps(
+            {"reference": result.reference, "digest": result.digest, "pinned": result.pinned}
+        )
+    )
+
+
+async def _pull(args: argparse.Namespace) -> None:
+    with ProgressBars(args.progress) as bars:
+        async with _store(args) as store:
+            result = await store.pull(args.reference, args.target, progress=bars)
+    for path in result.paths:
+        print(path)
+
+
+async def _tags(args: argparse.Namespace) -> None:
+    async with _store(args) as store:
+        for tag in await store.tags(args.repository):
+            print(tag)
+
+
+async def _rm(args: argparse.Namespace) -> None:
+    async with _store(args) as store:
+        await store.delete(args.reference)
+
+
+def _runner(
+    command: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            asyncio.run(command(args))
+        except RegistryError as exc:
+            print(f"k8sjobs artifact: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        help='"host[:port][/prefix]" of a registry, or "oci:<dir>" (default %(default)s)',
+    )
+    parser.add_argument(
+        "--plain-http", action="store_true", help="talk HTTP, not HTTPS, to the registry"
+    )
+    parser.add_argument(
+        "--ca-file", default=None, help="CA bundle to verify the registry's TLS certificate"
+    )
+
+
+def _compression(value: str) -> str:
+    kind, _, level = value.partition(":")
+    if kind not in ("none", "gzip", "zstd") or (level and not level.isdigit()):
+        raise argparse.ArgumentTypeError(
+            'use "none", "gzip", "gzip:<level>", "zstd" or "zstd:<level>"'
+        )
+    return value
+
+
+def add_artifact_commands(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``artifact push|pull|tags|rm`` to an argparse subparsers object; return the group."""
+    artifact: argparse.ArgumentParser = subparsers.add_parser(
+        "artifact", help="push, pull, list and remove artifacts"
+    )
+    commands = artifact.add_subparsers(dest="artifact_command", required=True)
+
+    push = commands.add_parser("push", help="push files and directories as one artifact")
+    push.add_argument("reference", help="repository:tag, e.g. study/train:v1")
+    push.add_argument("paths", nargs="+", help="files and directories to push")
+    push.add_argument("--annotation", "-a", action="append", default=[], metavar="KEY=VALUE")
+    push.add_argument("--artifact-type", default="application/vnd.k8sjobs.artifact.v1")
+    push.add_argument(
+        "--compression",
+        type=_compression,
+        default="gzip",
+        help='directories: "none", "gzip[:level]" or "zstd[:level]" '
+        "(default gzip, its level fitted to the data)",
+    )
+    push.set_defaults(run=_runner(_push))
+
+    pull = commands.add_parser("pull", help="pull an artifact's files into a directory")
+    pull.add_argument("reference")
+    pull.add_argument("target", nargs="?", default=".", help="directory to write into (default .)")
+    pull.set_defaults(run=_runner(_pull))
+
+    tags = commands.add_parser("tags", help="list the tags of a repository")
+    tags.add_argument("repository")
+    tags.set_defaults(run=_runner(_tags))
+
+    rm = commands.add_parser("rm", help="delete the manifest a reference names (and its tags)")
+    rm.add_argument("reference")
+    rm.set_defaults(run=_runner(_rm))
+
+    for parser in (push, pull, tags, rm):
+        _common(parser)
+        parser.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=sys.stderr.isatty(),
+            help="show progress bars (default: when stderr is a terminal)",
+        )
+    return artifact
