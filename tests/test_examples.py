@@ -1,0 +1,81 @@
+"""The examples run as written: the notebook's cells in order, and the MuMMI-style driver."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+import pytest
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def code_cells(notebook: Path) -> list[str]:
+    cells = json.loads(notebook.read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+async def run_cell(source: str, namespace: dict[str, Any], name: str) -> Any:
+    """Run a cell as Jupyter does (top-level await allowed); return its last expression."""
+    tree = ast.parse(source)
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, ast.Expr):
+        last = None
+    else:
+        tree.body.pop()
+    await run_code(compile(tree, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), namespace)
+    if last is None:
+        return None
+    expression = ast.Expression(last.value)
+    return await run_code(
+        compile(expression, name, "eval", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), namespace
+    )
+
+
+async def run_code(code: CodeType, namespace: dict[str, Any]) -> Any:
+    """Evaluate ``code``, awaiting it when it holds a top-level ``await``."""
+    if code.co_flags & inspect.CO_COROUTINE:
+        return await eval(code, namespace)
+    return eval(code, namespace)
+
+
+async def test_notebook_cells_run_in_order_and_display_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the notebook keeps its state in ./.k8sjobs
+    namespace: dict[str, Any] = {"__name__": "notebook"}
+    shown = []
+    for index, source in enumerate(code_cells(EXAMPLES / "notebook.ipynb")):
+        value = await run_cell(source, namespace, f"notebook.ipynb[cell {index + 1}]")
+        if value is not None:
+            shown.append(value)
+    tables = [v._repr_html_() for v in shown if hasattr(v, "_repr_html_")]
+    assert len(tables) >= 4 and all(t.startswith("<table>") for t in tables)
+    assert tables[-1].count("SUCCEEDED") == 2  # produce and total, handed over
+    assert {"square-0": 0, "square-1": 1, "square-2": 4, "square-3": 9} in shown
+    printed = capsys.readouterr().out
+    assert "hello: SUCCEEDED" in printed
+    assert "\n45\n" in printed  # the sum of 0..9, computed from the handed-over file
+    assert "broken: FAILED (container step exited with code 3" in printed
+    assert namespace["session"]._closed
+
+
+def test_mummi_driver_runs_on_the_local_backend(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "mummi_driver.py"), "--sims", "8", "--slots", "4"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(" energy " in line for line in lines[:-1]) == 8
+    assert lines[-1].startswith("best patch of 8 simulations: (")
+    assert not (tmp_path / ".k8sjobs").exists()  # its state went to a temporary directory
