@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="study name (default: the file's name field)")
     run.add_argument("--keep-failed", action="store_true", help="keep failed Jobs for debugging")
     run.add_argument("--plain", action="store_true", help="plain line output, even on a terminal")
+    run.add_argument(
+        "--replace",
+        action="store_true",
+        help="run every step anew (default: adopt steps that succeeded with the same spec)",
+    )
     run.set_defaults(func=_cmd_run)
 
     for name, helptext, func in (
@@ -166,7 +171,13 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     console = Console(soft_wrap=True, highlight=False)
     display = _Progress(study, console, live=console.is_terminal and not args.plain)
     async with _session(args, study.name) as session:
-        run = StudyRun(study, session, max_parallel=args.max_parallel, on_change=display.update)
+        run = StudyRun(
+            study,
+            session,
+            max_parallel=args.max_parallel,
+            on_change=display.update,
+            replace=args.replace,
+        )
         try:
             with display:
                 results = await run.run()

@@ -359,7 +359,9 @@ class StepRecord:
 class StudyRun:
     """Runs a Study's DAG on a Session, at most ``max_parallel`` steps at once.
 
-    ``on_change(record)`` is called whenever a step changes state; ``records`` holds every
+    ``replace`` runs every step anew, even one whose earlier run succeeded or whose spec
+    changed since (SpecMismatch otherwise). ``on_change(record)`` is called whenever a step
+    changes state; ``records`` holds every
     step's latest state, including those not yet submitted (PENDING, reason "Waiting").
     """
 
@@ -370,8 +372,10 @@ class StudyRun:
         *,
         max_parallel: int | None = None,
         on_change: Callable[[StepRecord], None] | None = None,
+        replace: bool = False,
     ) -> None:
         self.study = study
+        self.replace = replace
         self.session = session
         self.records = {
             s.name: StepRecord(StepResult(name=s.name, reason="Waiting"), backend=None)
@@ -422,7 +426,11 @@ class StudyRun:
         record.queued_at = datetime.now().astimezone()
         backend = self.study.backends.get(step.name)
         try:
-            handle = await self.session.submit(step, backend=backend)  # type: ignore[arg-type]
+            handle = await self.session.submit(
+                step,
+                backend=backend,  # type: ignore[arg-type]
+                replace=self.replace,
+            )
         except Exception as exc:
             self._set(step.name, state=StepState.FAILED, reason="SubmitFailed", message=str(exc))
             return
