@@ -711,7 +711,7 @@ async def _keep_logs(
         except ApiError as exc:
             text = f"[k8sjobs: the log of pod {pod_name} could not be read: {exc}]\n"
         texts.append(text if len(pods) == 1 else f"==> pod {pod_name} <==\n{text}")
-    verdict = f"{result.describe()}\nMaestro state: {state.name}\n"
+    verdict = f"{result.describe()}\nreason: {result.reason}\nMaestro state: {state.name}\n"
     if result.exit_code is not None:
         verdict += f"exit code: {result.exit_code}\n"
     await asyncio.to_thread(_write_logs, out, "".join(texts), verdict)
