@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,22 @@ def test_mummi_driver_runs_on_the_local_backend(tmp_path: Path) -> None:
     assert sum(" energy " in line for line in lines[:-1]) == 8
     assert lines[-1].startswith("best patch of 8 simulations: (")
     assert not (tmp_path / ".k8sjobs").exists()  # its state went to a temporary directory
+
+
+LOCAL_PAGE = Path(__file__).parent.parent / "docs" / "local.md"
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def test_local_page_examples_print_what_they_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = _BLOCK.findall(LOCAL_PAGE.read_text())
+    assert len(blocks) == 3
+    for index, code in enumerate(blocks):
+        exec(compile(code, f"local.md[example {index + 1}]", "exec"), {"__name__": "docs"})
+        printed = capsys.readouterr().out
+        for comment in re.findall(r"# (\w+: [A-Z]+ .*)$", code, re.MULTILINE):
+            shown = comment.split("...")[0]  # "..." stands for what varies
+            assert shown in printed, f"example {index + 1} did not print {shown!r}"
+    assert (tmp_path / ".k8sjobs" / "steps").is_dir()
