@@ -276,3 +276,71 @@ async def test_max_parallel_bounds_running_steps(tmp_path: Path) -> None:
     timeline = run.timeline()
     assert [s["state"] for s in timeline["steps"]] == ["SUCCEEDED"] * 5
     assert all(s["queued"] <= s["started"] + 1 for s in timeline["steps"])
+
+
+# --- the same study on the local backend and on the fake cluster --------------------------
+
+SAME_STUDY = """
+name: same
+defaults:
+  walltime: 1m
+  resources: {cores_per_task: 1, memory: 256Mi}
+steps:
+  - name: produce
+    shell: python
+    script_file: produce.py
+    outputs: {samples: samples.csv}
+  - name: transform
+    parameters: {SHARD: [0, 1]}
+    inputs: {samples: produce.samples}
+    script_file: transform.sh
+    shell: bash
+    outputs: {part: part.csv}
+  - name: aggregate
+    shell: python
+    inputs: {parts: transform.part}
+    script_file: aggregate.py
+    outputs: {summary: summary.txt}
+  - name: broken
+    script: echo broken; exit 4
+  - name: after-broken
+    depends: [broken]
+    script: echo never
+"""
+
+
+async def run_same_study(
+    session: Session,
+) -> tuple[dict[str, tuple[StepState, str, int | None]], str]:
+    """Return each step's (state, reason, exit code), and the aggregate's log."""
+    study = parse_study(SAME_STUDY, base_dir=PIPELINE.parent)
+    results = await StudyRun(study, session).run()
+    outcome = {r.name: (r.state, r.reason, r.exit_code) for r in results}
+    return outcome, await session.handles["aggregate"].logs()
+
+
+async def test_same_study_same_outcome_locally_and_on_the_fake_cluster(tmp_path: Path) -> None:
+    from k8sjobs.testing import ControllerConfig, FakeCluster
+
+    backend = LocalBackend(state_dir=tmp_path / "local", kill_grace=0.5)
+    async with Session(study="same", backend=backend) as session:
+        local = await run_same_study(session)
+    (tmp_path / "cluster").mkdir()
+    timings = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=2.0)
+    async with (
+        FakeCluster("execute", directory=tmp_path / "cluster", controller=timings) as cluster,
+        Session(
+            study="same",
+            backend="kubernetes",
+            kubeconfig=cluster.kubeconfig_path,
+            store=f"oci:{tmp_path / 'artifacts'}",
+            log_dir=tmp_path / "logs",
+        ) as session,
+    ):
+        on_cluster = await run_same_study(session)
+    assert local == on_cluster
+    outcome, aggregate_log = local
+    assert outcome["aggregate"] == (StepState.SUCCEEDED, "Completed", 0)
+    assert outcome["broken"] == (StepState.FAILED, "ExitCode", 4)
+    assert outcome["after-broken"] == (StepState.FAILED, "DependencyFailed", None)
+    assert aggregate_log.startswith("rows=2000 mean_square=")
