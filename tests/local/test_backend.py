@@ -280,3 +280,36 @@ async def test_attach_after_the_driver_died_reports_lost(tmp_path: Path) -> None
     async with Session(study="orphan", backend=local(state)) as s:
         (handle,) = await s.attach()
     assert (handle.state, handle.result.reason) == (StepState.LOST, "DriverExited")
+
+
+# --- mixed backends -----------------------------------------------------------------------
+
+
+async def test_a_local_step_hands_its_output_to_a_cluster_step(tmp_path: Path) -> None:
+    from k8sjobs.testing import ControllerConfig, FakeCluster
+
+    (tmp_path / "cluster").mkdir()
+    timings = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=2.0)
+    prepare = Step(name="prepare", script="echo 21 > n.txt", outputs={"n": "n.txt"})
+    simulate = Step(
+        name="simulate",
+        script='echo $(( $(cat "$K8SJOBS_INPUTS/n/n.txt") * 2 ))',
+        inputs={"n": prepare.output("n")},
+    )
+    async with (
+        FakeCluster("execute", directory=tmp_path / "cluster", controller=timings) as cluster,
+        Session(
+            study="mixed",
+            backend=local(tmp_path / "state"),
+            kubeconfig=cluster.kubeconfig_path,
+            store=f"oci:{tmp_path / 'artifacts'}",
+            log_dir=tmp_path / "logs",
+        ) as s,
+    ):
+        first = await s.submit(prepare)
+        second = await s.submit(simulate, backend="kubernetes")
+        results = await s.gather(first, second, timeout=30)
+        assert [r.state for r in results] == [StepState.SUCCEEDED] * 2
+        assert (first.backend.kind, second.backend.kind) == ("local", "kubernetes")
+        assert cluster.get("jobs", second.object_name) is not None
+        assert await second.logs() == "42\n"
