@@ -28,7 +28,7 @@ from ._digest import DigestCache
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
 from ._streams import VerifyingWriter
-from ._tarball import Compression
+from ._tarball import ArchiveInfo, Compression
 from .errors import ArtifactNotFound, DigestMismatch, InvalidReference
 
 _COPY_CHUNK = 1024 * 1024
@@ -121,6 +121,18 @@ class OCILayout:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
 
+    def _store_archive(self, produce: _transfer.ArchiveProducer) -> ArchiveInfo:
+        self._ensure()
+        fd, tmp_name = tempfile.mkstemp(prefix=".upload-", dir=self.root / "blobs" / "sha256")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                info = produce(out)
+            os.replace(tmp_name, self._blob_path(info.digest))
+            return info
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp_name)
+
     def _store_bytes(self, data: bytes) -> str:
         self._ensure()
         digest = _media.sha256_digest(data)
@@ -196,6 +208,14 @@ class OCILayout:
         if known is None:
             self.cache.remember_file(path, st, digest, started_ns)
         return digest, st.st_size
+
+    async def put_archive(
+        self, ref: Reference, produce: _transfer.ArchiveProducer, sent: _transfer.BytesCallback
+    ) -> ArchiveInfo:
+        """Write a directory archive straight into the layout's blobs."""
+        info = await anyio.to_thread.run_sync(self._store_archive, produce)
+        sent(info.size)
+        return info
 
     async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
         """Store a small in-memory blob."""

@@ -19,8 +19,8 @@ from ._digest import DigestCache
 from ._http import RetryPolicy, Timeouts, Transport, with_retries
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
-from ._streams import HashingReader, VerifyingWriter
-from ._tarball import Compression
+from ._streams import ArchivePipe, HashingReader, VerifyingWriter
+from ._tarball import ArchiveInfo, Compression
 from .errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 
 READ_CHUNK = 2 * 1024 * 1024
@@ -261,6 +261,62 @@ class Registry:
         if known is None:
             await anyio.to_thread.run_sync(self.cache.remember_file, path, st, digest, started_ns)
         return digest, st.st_size
+
+    async def put_archive(
+        self, ref: Reference, produce: _transfer.ArchiveProducer, sent: _transfer.BytesCallback
+    ) -> ArchiveInfo:
+        """Stream a directory archive to the registry while it is being made.
+
+        The digest is known only at the end, so the archive goes up as one chunked PATCH
+        and the final PUT names the digest. A failed upload is made again from scratch.
+        """
+        what = f"Uploading an archive to {ref}"
+        counted = 0
+
+        def count(n: int) -> None:
+            nonlocal counted
+            counted += n
+            sent(n)
+
+        async def attempt() -> ArchiveInfo:
+            nonlocal counted
+            sent(-counted)
+            counted = 0
+            pipe = ArchivePipe()
+            producer = asyncio.get_running_loop().run_in_executor(None, pipe.run, produce)
+            try:
+                url = await self._start_upload(ref, what)
+                headers = {"Content-Type": "application/octet-stream"}
+                resp = await self._send(
+                    "PATCH",
+                    ref,
+                    url,
+                    what,
+                    scope=self._scope(ref, True),
+                    headers=headers,
+                    ok=(202,),
+                    idempotent=False,
+                    body=lambda: self._pipe_body(pipe, count),
+                )
+                resp.release()
+                info = await producer
+                url = urljoin(url, str(resp.headers["Location"]))
+                await self._put_final(ref, url, info.digest, None, 0, count, what)
+                return info
+            finally:
+                pipe.cancel()
+                await asyncio.wait([producer])
+                if not producer.cancelled():
+                    producer.exception()  # retrieved: the error that matters is raised above
+
+        return await with_retries(attempt, self._transport.retry, what)
+
+    @staticmethod
+    async def _pipe_body(pipe: ArchivePipe, sent: _transfer.BytesCallback) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        while (chunk := await loop.run_in_executor(None, pipe.get)) is not None:
+            sent(len(chunk))
+            yield chunk
 
     async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
         """Upload a small in-memory blob (the empty config)."""

@@ -4,10 +4,15 @@ chunk while hashing it, so a blob is never whole in memory and never hashed twic
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
-from .errors import DigestMismatch
+from .errors import DigestMismatch, RegistryError
+
+T = TypeVar("T")
 
 
 class HashingReader:
@@ -64,3 +69,65 @@ class VerifyingWriter:
 
     def abort(self) -> None:
         self._file.close()
+
+
+class ArchivePipe:
+    """A file-like object that an archiving thread writes into and an upload reads from.
+
+    Chunks pass through a small bounded queue, so the archive streams to the registry while
+    it is being made, with at most a few MiB in memory and no temporary file.
+    """
+
+    def __init__(self, chunk: int = 1024 * 1024, depth: int = 4) -> None:
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=depth)
+        self._buffer = bytearray()
+        self._chunk = chunk
+        self._cancelled = threading.Event()
+
+    def write(self, data: bytes, /) -> int:
+        self._buffer += data
+        if len(self._buffer) >= self._chunk:
+            self._put(bytes(self._buffer))
+            self._buffer.clear()
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        while not self._cancelled.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise RegistryError("The upload of the archive was abandoned.")
+
+    def run(self, produce: Callable[[ArchivePipe], T]) -> T:
+        """Run ``produce(self)`` (in a worker thread), then mark the end of the stream."""
+        try:
+            result = produce(self)
+            if self._buffer:
+                self._put(bytes(self._buffer))
+            self._put(None)
+            return result
+        except BaseException as exc:
+            if not self._cancelled.is_set():
+                self._put(exc)
+            raise
+
+    def get(self) -> bytes | None:
+        """Return the next chunk, or None at the end (blocking: call from a worker thread)."""
+        while not self._cancelled.is_set():
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                raise RegistryError(f"Archiving the directory failed: {item}") from item
+            return item
+        return None
+
+    def cancel(self) -> None:
+        """Stop both sides: the writer raises, the reader sees the end."""
+        self._cancelled.set()

@@ -17,7 +17,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal, Protocol
 
 from . import _media
 from .errors import RegistryError, UnsafeArchive
@@ -55,7 +55,7 @@ def media_type_for(compression: Compression) -> str:
 class _HashingWriter:
     """A write-only file object that hashes and counts what passes through it."""
 
-    def __init__(self, inner: IO[bytes] | Any) -> None:
+    def __init__(self, inner: Writable | Any) -> None:
         self.inner = inner
         self.hasher = hashlib.sha256()
         self.size = 0
@@ -141,7 +141,15 @@ def _head(path: Path) -> bytes:
         return f.read(_SAMPLE_BYTES)
 
 
-def write_archive(root: Path, out: IO[bytes], compression: Compression, level: int) -> ArchiveInfo:
+class Writable(Protocol):
+    """Where an archive is written: a file, or a pipe to an upload."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+def write_archive(root: Path, out: Writable, compression: Compression, level: int) -> ArchiveInfo:
     """Write ``root`` as a deterministic archive to ``out``; return its digests and size."""
     blob = _HashingWriter(out)
     compressor: Any

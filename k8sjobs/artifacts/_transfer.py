@@ -37,6 +37,8 @@ class ProgressEvent:
 
 ProgressCallback = Callable[[ProgressEvent], None]
 BytesCallback = Callable[[int], None]
+# Writes a directory archive (deterministically: it may be called again on a retry).
+ArchiveProducer = Callable[[_tarball.Writable], _tarball.ArchiveInfo]
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class BlobBackend(Protocol):
     async def put_blob(
         self, ref: Reference, path: Path, known: tuple[str, int] | None, sent: BytesCallback
     ) -> tuple[str, int]: ...
+
+    async def put_archive(
+        self, ref: Reference, produce: ArchiveProducer, sent: BytesCallback
+    ) -> _tarball.ArchiveInfo: ...
 
     async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None: ...
 
@@ -154,20 +160,17 @@ class _Pusher:
             digest, size, tar_digest = cached.split()
             if await self.backend.has_blob(self.ref, digest):
                 return self._dir_descriptor(path, digest, int(size), tar_digest)
-        with tempfile.TemporaryDirectory(prefix="k8sjobs-push-") as tmp:
-            archive = Path(tmp) / "layer"
-            info = await anyio.to_thread.run_sync(self._write_archive, path, archive)
-            if key:
-                value = f"{info.digest} {info.size} {info.tar_digest}"
-                await anyio.to_thread.run_sync(self.cache.put, key, value)
-            known = (info.digest, info.size)
-            await self.backend.put_blob(self.ref, archive, known, self._sent(path.name, info.size))
-        return self._dir_descriptor(path, info.digest, info.size, info.tar_digest)
+        compression, level = opts.compression, opts.level
 
-    def _write_archive(self, root: Path, archive: Path) -> _tarball.ArchiveInfo:
-        with archive.open("wb") as out:
-            level = _tarball.choose_level(root, self.opts.compression, self.opts.level)
-            return _tarball.write_archive(root, out, self.opts.compression, level)
+        def produce(out: _tarball.Writable) -> _tarball.ArchiveInfo:
+            chosen = _tarball.choose_level(path, compression, level)
+            return _tarball.write_archive(path, out, compression, chosen)
+
+        info = await self.backend.put_archive(self.ref, produce, self._sent(path.name, None))
+        if key:
+            value = f"{info.digest} {info.size} {info.tar_digest}"
+            await anyio.to_thread.run_sync(self.cache.put, key, value)
+        return self._dir_descriptor(path, info.digest, info.size, info.tar_digest)
 
     def _dir_descriptor(self, path: Path, digest: str, size: int, tar_digest: str) -> Descriptor:
         annotations = {

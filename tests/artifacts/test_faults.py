@@ -94,3 +94,19 @@ async def test_persistent_5xx_gives_up_in_bounded_time_leaving_no_file(
             await store.pull("faults/down:v1", tmp_path / "out")
     assert time.monotonic() - start < 5
     assert list((tmp_path / "out").iterdir()) == []
+
+
+async def test_directory_upload_dropped_midway_is_archived_and_sent_again(
+    proxy: FaultProxy, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    (tree / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))
+    fault = proxy.inject(
+        Fault("drop", method="PATCH", path_pattern="/blobs/uploads/", after_bytes=500_000)
+    )
+    async with _store(proxy, tmp_path) as store:
+        pushed = await store.push("faults/dir:v1", [tree], compression="none")
+        await store.pull("faults/dir:v1", tmp_path / "out")
+    assert fault.times == 0
+    assert pushed.bytes_sent == pushed.layers[0].size
+    assert same_tree(tree, tmp_path / "out" / "tree")
