@@ -26,15 +26,13 @@ import logging
 import math
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from maestrowf.abstracts.enums import CancelCode, JobStatusCode, State, SubmissionCode
-from maestrowf.abstracts.interfaces import SchedulerScriptAdapter
-from maestrowf.interfaces.script import CancellationRecord, SubmissionRecord
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -53,6 +51,14 @@ from .render import LABEL_HASH, MAIN_CONTAINER, Manifests, Target, render
 from .spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
 from .state import StepResult, StepState
 from .sync import run
+
+with warnings.catch_warnings():
+    # maestrowf 1.2 scans its adapters with the deprecated loader.load_module(); that is
+    # its business, and must not fail programs that run with warnings as errors.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from maestrowf.abstracts.enums import CancelCode, JobStatusCode, State, SubmissionCode
+    from maestrowf.abstracts.interfaces import SchedulerScriptAdapter
+    from maestrowf.interfaces.script import CancellationRecord, SubmissionRecord
 
 __all__ = [
     "ANNOTATION_LOG",
@@ -198,9 +204,10 @@ def load_batch(batch: Mapping[str, Any]) -> BatchSettings:
         return BatchSettings.model_validate(dict(batch))
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "batch"
+        where = ".".join(str(p) for p in first["loc"])
         message = str(first["msg"]).removeprefix("Value error, ")
-        raise ValueError(f'Maestro batch block: "{where}": {message}') from None
+        located = f'"{where}": {message}' if where else message
+        raise ValueError(f"Maestro batch block: {located}") from None
 
 
 # ---- job ids and states ---------------------------------------------------------------
@@ -556,6 +563,8 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 states[job_id] = State.NOTFOUND
                 continue
             wanted.setdefault(namespace, {})[name] = job_id
+        if not wanted:
+            return states
         client = await _client(self.settings)
         now = datetime.now(UTC)
         for namespace, names in wanted.items():

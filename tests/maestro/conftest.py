@@ -44,21 +44,24 @@ def maestro_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+async def _cluster(kubelet: str, tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    async with FakeCluster(kubelet, directory=directory, controller=FAST) as fake:
+        yield fake
+
+
 @pytest_asyncio.fixture
 async def execute_cluster(tmp_path: Path) -> AsyncIterator[FakeCluster]:
     """Yield a fake cluster whose kubelet runs pods as local processes."""
-    directory = tmp_path / "cluster"
-    directory.mkdir()
-    async with FakeCluster("execute", directory=directory, controller=FAST) as fake:
+    async for fake in _cluster("execute", tmp_path):
         yield fake
 
 
 @pytest_asyncio.fixture
 async def simulate_cluster(tmp_path: Path) -> AsyncIterator[FakeCluster]:
     """Yield a fake cluster whose kubelet only simulates pods."""
-    directory = tmp_path / "cluster"
-    directory.mkdir()
-    async with FakeCluster("simulate", directory=directory, controller=FAST) as fake:
+    async for fake in _cluster("simulate", tmp_path):
         yield fake
 
 

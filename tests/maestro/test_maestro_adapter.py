@@ -1,0 +1,351 @@
+"""KubernetesScriptAdapter in pieces: launcher forms, states, the batch block, job ids,
+request counts on the fake cluster, pickling and registration with maestrowf."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from maestrowf.abstracts.enums import CancelCode, JobStatusCode, State, SubmissionCode
+
+from k8sjobs import _maestro_hook
+from k8sjobs.maestro import (
+    ANNOTATION_WORKSPACE,
+    KubernetesScriptAdapter,
+    format_job_id,
+    load_batch,
+    maestro_state,
+    parse_job_id,
+)
+from k8sjobs.state import StepResult, StepState
+from k8sjobs.testing import FakeCluster
+
+with warnings.catch_warnings():
+    # maestrowf 1.2 scans its adapters with the deprecated loader.load_module().
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from maestrowf.datastructures.core.study import StudyStep
+
+PTH = Path(__file__).parents[2] / "k8sjobs" / "k8sjobs-maestro.pth"
+
+
+def study_step(name: str, cmd: str, **run: Any) -> StudyStep:
+    """Return a maestrowf StudyStep as the ExecutionGraph hands it to an adapter."""
+    step = StudyStep()
+    step.name = name
+    step.description = name
+    step.run.update(cmd=cmd, **run)
+    return step
+
+
+def adapter(**batch: Any) -> KubernetesScriptAdapter:
+    return KubernetesScriptAdapter(type="kubernetes", namespace="default", **batch)
+
+
+# ---- launcher ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmd", "run", "expected"),
+    [
+        ("$(LAUNCHER) ./sim", {"procs": 4}, "mpirun -np 4 --host localhost:4 ./sim"),
+        ("$(LAUNCHER)[2p] ./sim", {"procs": 4}, "mpirun -np 2 --host localhost:2 ./sim"),
+        (
+            "$(LAUNCHER)[2n, 8p] ./sim",
+            {"nodes": 2, "procs": 8},
+            "mpirun -np 8 --host ${KUBE_JOB_NAME}-0.${KUBE_JOB_NAME}:4,"
+            "${KUBE_JOB_NAME}-1.${KUBE_JOB_NAME}:4 ./sim",
+        ),
+        (
+            # One per line: maestrowf's own pattern is greedy within a line.
+            "$(LAUNCHER)[1n, 3p] a\n$(LAUNCHER)[1n, 2p] b",
+            {"nodes": 2, "procs": 5},
+            "mpirun -np 3 --host localhost:3 a\nmpirun -np 2 --host localhost:2 b",
+        ),
+        (
+            "$(LAUNCHER)[1, 2] ./sim",
+            {"nodes": 1, "procs": 2},
+            "mpirun -np 2 --host localhost:2 ./sim",
+        ),
+        ("echo no launcher", {}, "echo no launcher"),
+    ],
+)
+def test_launcher_forms_become_mpirun(
+    cmd: str, run: dict[str, Any], expected: str, tmp_path: Path
+) -> None:
+    scheduled, script, restart = adapter().write_script(str(tmp_path), study_step("s", cmd, **run))
+    text = Path(script).read_text()
+    assert scheduled is True and restart is None
+    assert text.endswith(f"\n\n{expected}\n")
+    assert "srun" not in text and "flux" not in text
+
+
+def test_get_parallelize_command_takes_maestro_strings_and_a_template() -> None:
+    assert adapter().get_parallelize_command("8", "2") == (
+        "mpirun -np 8 --host ${KUBE_JOB_NAME}-0.${KUBE_JOB_NAME}:4,"
+        "${KUBE_JOB_NAME}-1.${KUBE_JOB_NAME}:4"
+    )
+    custom = adapter(launcher="mpiexec -n {procs} -ppn {procs_per_node}")
+    assert custom.get_parallelize_command(6, 3) == "mpiexec -n 6 -ppn 2"
+    assert adapter().get_parallelize_command(2, None) == "mpirun -np 2 --host localhost:2"
+
+
+def test_restart_script_is_written_too(tmp_path: Path) -> None:
+    step = study_step("s", "$(LAUNCHER) run", procs=2, restart="$(LAUNCHER) resume")
+    _, script, restart = adapter(shell="/bin/sh").write_script(str(tmp_path), step)
+    assert restart is not None and Path(restart).read_text().startswith("#!/bin/sh\n")
+    assert "mpirun -np 2 --host localhost:2 resume" in Path(restart).read_text()
+    assert os.access(script, os.X_OK)
+
+
+# ---- states -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "expected"),
+    [
+        (StepState.SUCCEEDED, "Completed", State.FINISHED),
+        (StepState.FAILED, "DeadlineExceeded", State.TIMEDOUT),
+        (StepState.FAILED, "ExitCode", State.FAILED),
+        (StepState.FAILED, "OOMKilled", State.FAILED),
+        (StepState.FAILED, "BackoffLimitExceeded", State.FAILED),
+        (StepState.FAILED, "ImagePullBackOff", State.FAILED),
+        (StepState.FAILED, "Evicted", State.HWFAILURE),
+        (StepState.PENDING, "Queued", State.PENDING),
+        (StepState.PENDING, "Suspended", State.PENDING),
+        (StepState.PENDING, "Unschedulable", State.PENDING),
+        (StepState.RUNNING, "Running", State.RUNNING),
+        (StepState.CANCELLED, "Cancelled", State.CANCELLED),
+        (StepState.LOST, "JobDeleted", State.CANCELLED),
+    ],
+)
+def test_state_mapping(state: StepState, reason: str, expected: State) -> None:
+    result = StepResult(name="s", state=state, reason=reason)
+    assert maestro_state(result) is expected
+    assert adapter()._state(result) is expected
+
+
+def test_node_loss_is_a_hardware_failure() -> None:
+    failed = StepResult(name="s", state=StepState.FAILED, reason="PodFailed")
+    assert maestro_state(failed, hardware=True) is State.HWFAILURE
+    assert adapter()._state("SUCCEEDED") is State.FINISHED
+
+
+# ---- the batch block --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ({"imagee": "x"}, 'block: "imagee" is not a batch key; did you mean "image"?'),
+        ({"steps": {"sim": {"memroy": "1Gi"}}}, 'steps.sim": "memroy" is not a batch.steps'),
+        ({"retries": -1}, '"retries": Input should be greater than or equal to 0'),
+        ({"launcher": "mpirun -np {ranks}"}, '"launcher": "mpirun -np {ranks}" is not a launcher'),
+        ({"type": "slurm"}, "\"type\": Input should be 'kubernetes'"),
+    ],
+)
+def test_batch_block_errors_name_the_key(batch: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match="Maestro batch block") as error:
+        load_batch({"type": "kubernetes", **batch})
+    assert message in str(error.value)
+
+
+def test_step_overrides_apply_to_every_parameter_combination(tmp_path: Path) -> None:
+    chosen = adapter(
+        image="base:1",
+        memory="1Gi",
+        env={"A": "1"},
+        steps={"sim": {"image": "sim:2", "memory": "4Gi", "env": {"B": "2"}}},
+    )
+    script = tmp_path / "s.sh"
+    script.write_text("echo hi\n")
+    job = chosen.manifests(study_step("sim_SIZE.10", "x"), script.read_text(), str(tmp_path)).job
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "sim:2"
+    assert container["resources"]["limits"]["memory"] == "4Gi"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["A"] == "1" and env["B"] == "2" and env["KUBE_JOB_NAME"] == job["metadata"]["name"]
+    other = chosen.manifests(study_step("simple", "x"), "echo\n", str(tmp_path)).job
+    assert other["spec"]["template"]["spec"]["containers"][0]["image"] == "base:1"
+
+
+def test_bad_step_values_fail_the_submission_with_the_field(tmp_path: Path) -> None:
+    script = tmp_path / "s.sh"
+    script.write_text("echo hi\n")
+    bad = adapter(steps={"sim": {"memory": "4 gigs"}})
+    record = bad.submit(study_step("sim", "x"), str(script), str(tmp_path))
+    assert record.submission_code is SubmissionCode.ERROR
+    with pytest.raises(ValueError, match=r'Step "sim": resources.memory: "4 gigs" is not'):
+        bad.manifests(study_step("sim", "x"), "echo\n", str(tmp_path))
+
+
+# ---- job ids and pickling ---------------------------------------------------------------
+
+
+def test_job_id_round_trip() -> None:
+    job_id = format_job_id("hpc", "study-sim-1d79b2c0")
+    assert job_id == "hpc/study-sim-1d79b2c0"
+    assert parse_job_id(job_id) == ("hpc", "study-sim-1d79b2c0")
+    assert parse_job_id(pickle.loads(pickle.dumps(job_id))) == ("hpc", "study-sim-1d79b2c0")
+    for bad in ("12345", "hpc/", "/x", "HPC/x", "a/b/c", None):
+        with pytest.raises(ValueError, match="is not a k8sjobs job id"):
+            parse_job_id(bad)
+
+
+def test_adapter_pickles_and_holds_no_connection() -> None:
+    original = adapter(image="sim:1", steps={"sim": {"memory": "2Gi"}})
+    copy = pickle.loads(pickle.dumps(original))
+    assert copy.settings == original.settings
+    assert copy.key == "kubernetes" and copy.extension == ".k8s.sh"
+
+
+def test_unknown_and_malformed_ids_without_a_cluster() -> None:
+    code, states = adapter().check_jobs(["not-an-id"])
+    assert code is JobStatusCode.OK and states == {"not-an-id": State.NOTFOUND}
+    assert adapter().check_jobs([]) == (JobStatusCode.NOJOBS, {})
+    assert adapter().cancel_jobs([]).cancel_status is CancelCode.OK
+
+
+# ---- against the fake cluster -----------------------------------------------------------
+
+
+async def test_check_jobs_is_one_list_call_for_1000_jobs(
+    simulate_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    chosen = adapter(kubeconfig=str(simulate_cluster.kubeconfig_path))
+    ids = []
+    for i in range(1000):
+        manifests = chosen.manifests(study_step(f"sim_N.{i}", "x"), "echo\n", str(tmp_path))
+        job = manifests.job
+        job["spec"]["suspend"] = True  # Pending, and no pods to simulate
+        simulate_cluster.store.create("jobs", "default", job)
+        ids.append(format_job_id(manifests.namespace, manifests.name))
+    await asyncio.to_thread(chosen.check_jobs, ids[:1])  # connect once
+    before = simulate_cluster.request_count()
+    code, states = await asyncio.to_thread(chosen.check_jobs, ids)
+    assert simulate_cluster.request_count() - before == 1
+    assert code is JobStatusCode.OK and len(states) == 1000
+    assert set(states.values()) == {State.PENDING}
+
+
+async def test_batched_submit_as_mini_mummi_calls_it(
+    simulate_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    chosen = KubernetesScriptAdapter(
+        type="kubernetes", kubeconfig=str(simulate_cluster.kubeconfig_path)
+    )
+    steps, scripts, cwds = [], [], []
+    for i in range(20):
+        workspace = tmp_path / f"w{i}"
+        workspace.mkdir()
+        step = study_step(f"sim_{i}", "echo hi")
+        _, script, _ = chosen.write_script(str(workspace), step)
+        steps.append(step)
+        scripts.append(script)
+        cwds.append(str(workspace))
+    submitted = await asyncio.to_thread(chosen.submit, steps, scripts, cwds)
+    assert [name for _, name in submitted] == [f"sim_{i}" for i in range(20)]
+    ids = [job_id for job_id, _ in submitted]
+    assert all(job_id and job_id.startswith("default/") for job_id in ids)
+    job = simulate_cluster.get("jobs", parse_job_id(ids[3])[1])
+    assert job is not None and job["metadata"]["annotations"][ANNOTATION_WORKSPACE] == cwds[3]
+
+    states: dict[Any, State] = {}
+    async with asyncio.timeout(20):
+        while set(states.values()) != {State.FINISHED}:
+            before = (
+                simulate_cluster.request_count("list", "jobs"),
+                simulate_cluster.request_count("list", "pods"),
+            )
+            _, states = await asyncio.to_thread(chosen.check_jobs, ids)
+            after = (
+                simulate_cluster.request_count("list", "jobs"),
+                simulate_cluster.request_count("list", "pods"),
+            )
+            assert after[0] - before[0] == 1 and after[1] - before[1] <= 1
+            await asyncio.sleep(0.1)
+    assert (tmp_path / "w3" / "sim_3.out").exists()
+    assert "FINISHED" in (tmp_path / "w3" / "sim_3.err").read_text()
+
+
+async def test_resubmitting_an_ended_job_runs_it_again(
+    simulate_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    chosen = adapter(kubeconfig=str(simulate_cluster.kubeconfig_path))
+    step = study_step("once", "echo hi")
+    _, script, _ = chosen.write_script(str(tmp_path), step)
+    first = await asyncio.to_thread(chosen.submit, step, script, str(tmp_path))
+    job_id = first.job_identifier
+    async with asyncio.timeout(20):
+        while (await asyncio.to_thread(chosen.check_jobs, [job_id]))[1][job_id] != State.FINISHED:  # noqa: ASYNC110 - polls as Maestro does
+            await asyncio.sleep(0.1)
+    uid = simulate_cluster.get("jobs", parse_job_id(job_id)[1])["metadata"]["uid"]  # type: ignore[index]
+    again = await asyncio.to_thread(chosen.submit, step, script, str(tmp_path))
+    assert again.job_identifier == job_id
+    assert simulate_cluster.get("jobs", parse_job_id(job_id)[1])["metadata"]["uid"] != uid  # type: ignore[index]
+    record = await asyncio.to_thread(chosen.cancel_jobs, [job_id])
+    assert record.cancel_status is CancelCode.OK
+    _, states = await asyncio.to_thread(chosen.check_jobs, [job_id])
+    assert states[job_id] is State.CANCELLED
+
+
+# ---- registration ------------------------------------------------------------------------
+
+
+def test_shipped_pth_file_is_the_hook_line() -> None:
+    assert PTH.read_text() == _maestro_hook.PTH_LINE
+    assert PTH.read_text().startswith("import ") and PTH.read_text().count("\n") == 1
+
+
+def test_plain_python_finds_the_adapter_through_the_pth_file(
+    maestro_env: dict[str, str],
+) -> None:
+    probe = (
+        "import sys\n"
+        "assert 'k8sjobs' not in sys.modules and 'maestrowf' not in sys.modules\n"
+        "from maestrowf.interfaces import ScriptAdapterFactory\n"
+        "cls = ScriptAdapterFactory.get_adapter('kubernetes')\n"
+        "print(cls.__module__, cls.__name__, sorted(ScriptAdapterFactory.get_valid_adapters()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=maestro_env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["k8sjobs.maestro", "KubernetesScriptAdapter"]
+    assert "'slurm'" in done.stdout and "'local'" in done.stdout
+    assert done.stderr == ""
+
+
+def test_without_the_pth_file_maestro_does_not_know_kubernetes() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUSERBASE"}
+    probe = (
+        "from maestrowf.interfaces import ScriptAdapterFactory\n"
+        "print('kubernetes' in ScriptAdapterFactory.get_valid_adapters())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def test_install_is_idempotent_and_extends_a_loaded_package() -> None:
+    import maestrowf.interfaces.script as script_package
+
+    had = _maestro_hook.installed()
+    try:
+        _maestro_hook.install()
+        _maestro_hook.install()
+        marks = [f for f in sys.meta_path if getattr(f, "_k8sjobs_maestro_hook", False)]
+        assert len(marks) == 1
+        assert script_package.__path__.count(_maestro_hook.ADAPTER_DIR) == 1
+    finally:
+        if not had:
+            _maestro_hook.uninstall()
+        if _maestro_hook.ADAPTER_DIR in script_package.__path__:
+            script_package.__path__.remove(_maestro_hook.ADAPTER_DIR)
