@@ -114,7 +114,9 @@ class Manifests:
     spec_hash: str
     configmap: dict[str, Any]
     job: dict[str, Any]
-    secret: dict[str, Any] | None = None
+    # Kept out of repr: a logged or printed Manifests must not show secret values (base64
+    # is an encoding, not a disguise).
+    secret: dict[str, Any] | None = field(default=None, repr=False)
     service: dict[str, Any] | None = None
     outputs: dict[str, str] = field(default_factory=dict)
 

@@ -84,7 +84,7 @@ async def test_hostile_names_env_values_and_paths_arrive_byte_exact(
     canary = tmp_path / "canary"
     hostile = payloads(canary)
     one_line = [p for p in hostile if "\n" not in p]
-    name = f"s{one_line[0]}{one_line[1]}{one_line[3]}$(K8SJOBS_STUDY)$$"
+    name = f"s{one_line[0]}'\"{one_line[1]}$(K8SJOBS_STUDY)$$"
     study = "study " + one_line[0] + one_line[1]
     env: dict[str, Any] = {f"V{i}": value for i, value in enumerate(hostile)}
     env["SECRET"] = SecretStr("".join(hostile))
