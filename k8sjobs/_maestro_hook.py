@@ -62,7 +62,9 @@ class _K8sjobsMaestroBootstrap:
             return None
 
 import sys
-sys.meta_path.insert(0, _K8sjobsMaestroBootstrap())
+# A site directory may be processed twice (lib and a lib64 link to it): install once.
+if not any(getattr(f, "_k8sjobs_maestro_hook", False) for f in sys.meta_path):
+    sys.meta_path.insert(0, _K8sjobsMaestroBootstrap())
 """
 
 #: The one line of ``k8sjobs-maestro.pth`` (site runs lines that start with "import").

@@ -349,3 +349,14 @@ def test_install_is_idempotent_and_extends_a_loaded_package() -> None:
             _maestro_hook.uninstall()
         if _maestro_hook.ADAPTER_DIR in script_package.__path__:
             script_package.__path__.remove(_maestro_hook.ADAPTER_DIR)
+
+
+def test_pth_line_run_twice_installs_one_finder() -> None:
+    probe = (
+        "import sys\n"
+        f"exec({_maestro_hook.PTH_LINE!r})\n"
+        f"exec({_maestro_hook.PTH_LINE!r})\n"
+        "print(sum(getattr(f, '_k8sjobs_maestro_hook', False) for f in sys.meta_path))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "1", done.stderr
