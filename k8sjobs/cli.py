@@ -147,14 +147,9 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 
 def _session(args: argparse.Namespace, study: str) -> Session:
-    backend: Any = args.backend
-    if backend == "local":  # --state-dir is where the local backend keeps everything
-        from .local import LocalBackend
-
-        backend = LocalBackend(state_dir=args.state_dir)
     return Session(
         study=study,
-        backend=backend,
+        backend=args.backend,
         namespace=args.namespace,
         kubeconfig=args.kubeconfig,
         context=args.context,

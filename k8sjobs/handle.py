@@ -97,6 +97,11 @@ class StepHandle:
         if self.done:
             listener(self)
 
+    def remove_listener(self, listener: Callable[[StepHandle], None]) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def _update(self, result: StepResult) -> bool:
         """Take a newer snapshot from the backend; return whether anything changed.
 

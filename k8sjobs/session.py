@@ -40,7 +40,9 @@ class Session:
     cluster, in-cluster config is used inside a pod), "local" (processes on this machine),
     or a Backend instance. ``store`` is the artifact store: a registry
     (``host:port/prefix``) or an OCI layout directory (``oci:/path``); the local backend
-    defaults to ``oci:.k8sjobs/artifacts``. On leaving the ``async with`` block through an
+    defaults to ``oci:.k8sjobs/artifacts``. ``options`` go to the default backend's
+    constructor (``KubernetesBackend(qps=...)``, ``LocalBackend(state_dir=..., cpu=...)``).
+    On leaving the ``async with`` block through an
     exception (Ctrl-C included) the steps it started and that are still running are
     cancelled; on a normal exit they keep running, and ``attach`` finds them again.
     """
@@ -68,13 +70,14 @@ class Session:
         self.handoff_image = handoff_image
         self.log_dir = Path(log_dir)
         self._namespace = namespace
+        self._default_kind = backend if isinstance(backend, str) else backend.kind
+        self._options = dict(options or {})
         self._kube_args: dict[str, Any] = {
             "kubeconfig": kubeconfig,
             "context": context,
             "keep_failed": keep_failed,
-            **(options or {}),
+            **(self._options if self._default_kind == "kubernetes" else {}),
         }
-        self._default_kind = backend if isinstance(backend, str) else backend.kind
         self._backends: dict[str, Backend] = {}
         if not isinstance(backend, str):
             self._backends[backend.kind] = backend
@@ -185,11 +188,15 @@ class Session:
         for handle in pending:
             handle.add_listener(on_change)
         seen: set[int] = set()
-        while len(seen) < len(pending):
-            handle = await queue.get()
-            if id(handle) not in seen:
-                seen.add(id(handle))
-                yield handle
+        try:
+            while len(seen) < len(pending):
+                handle = await queue.get()
+                if id(handle) not in seen:
+                    seen.add(id(handle))
+                    yield handle
+        finally:
+            for handle in pending:
+                handle.remove_listener(on_change)
 
     async def gather(
         self, *handles: StepHandle, check: bool = False, timeout: float | None = None
@@ -248,7 +255,7 @@ class Session:
         if kind == "local":
             from .local import LocalBackend
 
-            return LocalBackend(log_dir=self.log_dir)
+            return LocalBackend(**(self._options if kind == self._default_kind else {}))
         raise ValueError(f'backend "{kind}" is unknown; use "kubernetes" or "local"')
 
     def _target(self, backend: Backend, step: Step) -> Target:

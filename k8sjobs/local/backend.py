@@ -70,7 +70,6 @@ class LocalBackend:
         self,
         *,
         state_dir: str | os.PathLike[str] = ".k8sjobs",
-        log_dir: str | os.PathLike[str] | None = None,
         store: str | None = None,
         cpu: float | None = None,
         memory: int | None = None,
