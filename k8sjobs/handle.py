@@ -16,7 +16,7 @@ from .state import StepResult, StepState
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .spec import Step
+    from .spec import Step, StepOutput
 
 __all__ = ["StepHandle"]
 
@@ -90,6 +90,12 @@ class StepHandle:
     def stream_logs(self, *, container: str | None = None) -> AsyncIterator[str]:
         """Yield log lines as the step writes them, ending when the step ends."""
         return self.backend.stream_logs(self, container=container)
+
+    def output(self, name: str) -> StepOutput:
+        """Return this step's output ``name``, to use as another step's input."""
+        if self.step is None:
+            raise KeyError(f'Step "{self.name}" was re-attached without its spec; use its Step')
+        return self.step.output(name)
 
     def add_listener(self, listener: Callable[[StepHandle], None]) -> None:
         """Call ``listener(handle)`` on every change of state (at once if already ended)."""

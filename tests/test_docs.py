@@ -23,3 +23,19 @@ def test_steps_page_has_examples() -> None:
 def test_steps_page_example_runs(index: int, capsys: pytest.CaptureFixture[str]) -> None:
     code = _blocks(STEPS_PAGE)[index]
     exec(compile(code, f"{STEPS_PAGE.name}[example {index + 1}]", "exec"), {"__name__": "docs"})
+
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_quickstart_runs_on_the_local_backend(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (code,) = _blocks(README)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sum: SUCCEEDED" in done.stdout
+    assert "55" in done.stdout  # 1 + 2 + ... + 10, read from the producer's artifact

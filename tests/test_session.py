@@ -51,7 +51,7 @@ async def test_a_consumer_waits_for_its_producer_and_reads_nothing_when_it_fails
     async with _session(tmp_path) as s:
         producer = await s.submit(Step(name="make", script="exit 1", outputs={"data": "data.txt"}))
         consumer = await s.submit(
-            Step(name="use", script="true", inputs={"data": producer.step.output("data")})  # type: ignore[union-attr]
+            Step(name="use", script="true", inputs={"data": producer.output("data")})
         )
         result = await consumer.wait(timeout=30)
     assert producer.result.state is StepState.FAILED
