@@ -3,8 +3,8 @@
 Each hostile value carries every way text becomes a command in a shell or in Kubernetes:
 quotes, ``$(...)``, backticks, ``;``, newlines, ``$(VAR)`` references and ``$$``. The pods
 are rendered by ``render`` and run by the local pod runner (real processes, real /bin/sh
-for the exit-code wrapper, the real handoff for outputs); a canary file that any of the
-payloads would create must never appear.
+for the exit-code wrapper, the real handoff for outputs) or by a local Session; a canary
+file that any of the payloads would create must never appear.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from k8sjobs.local import LocalBackend
 from k8sjobs.local.podrunner import PodRunner
 from k8sjobs.render import Manifests, Target, render
+from k8sjobs.session import Session
 from k8sjobs.spec import Step
 
 DUMP = """\
@@ -187,3 +189,23 @@ async def test_hostile_input_reference_reaches_the_handoff_as_data(tmp_path: Pat
     status, _work = await _run(manifests, tmp_path)
     assert status["phase"] == "Failed"  # no such artifact: the pull fails, nothing runs
     assert not canary.exists()
+
+
+async def test_hostile_values_through_a_local_session(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    hostile = payloads(canary)
+    dump = tmp_path / "env.json"
+    script = f"import json, os; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    env: dict[str, Any] = {f"V{i}": value for i, value in enumerate(hostile)}
+    env["SECRET"] = SecretStr(hostile[0] + hostile[5])
+    name = f"local {hostile[1]}{hostile[3]}"
+    backend = LocalBackend(state_dir=tmp_path / "state", cpu=2, kill_grace=1.0)
+    async with Session(study=f"st {hostile[0]}", backend=backend) as session:
+        handle = await session.submit(Step(name=name, script=script, shell="python", env=env))
+        result = await handle.wait(60)
+    assert result.ok, result.describe()
+    assert not canary.exists()
+    seen = json.loads(dump.read_text())
+    assert [seen[f"V{i}"] for i in range(len(hostile))] == hostile
+    assert seen["SECRET"] == hostile[0] + hostile[5]
+    assert seen["K8SJOBS_STEP"] == name
