@@ -762,8 +762,10 @@ def _deleting(obj: Mapping[str, Any]) -> bool:
 
 
 def _ended(job: Mapping[str, Any]) -> bool:
+    """Return whether the Job's outcome is decided (FailureTarget comes before Failed)."""
+    decided = ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget")
     for cond in (job.get("status") or {}).get("conditions") or ():
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+        if cond.get("type") in decided and cond.get("status") == "True":
             return True
     return False
 

@@ -360,3 +360,32 @@ def test_pth_line_run_twice_installs_one_finder() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "1", done.stderr
+
+
+# ---- docs/maestro.md ---------------------------------------------------------------------
+
+DOC = Path(__file__).parents[2] / "docs" / "maestro.md"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "maestro" / "study.yaml"
+
+
+def test_docs_show_the_example_spec_that_the_e2e_test_runs() -> None:
+    assert f"```yaml\n{EXAMPLE.read_text()}```" in DOC.read_text()
+
+
+async def test_docs_python_example_runs(
+    simulate_cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = DOC.read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("KUBECONFIG", str(simulate_cluster.kubeconfig_path))
+    scope: dict[str, Any] = {"__name__": "docs"}
+
+    def run_example() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            exec(compile(code, "docs/maestro.md", "exec"), scope)
+
+    await asyncio.to_thread(run_example)
+    assert scope["name"] == "sim_1"
+    assert scope["code"] is JobStatusCode.OK
+    assert scope["states"][scope["job_id"]] in (State.PENDING, State.RUNNING, State.FINISHED)
