@@ -184,8 +184,12 @@ async def _cmd_run(args: argparse.Namespace) -> int:
 
 async def _attach(args: argparse.Namespace) -> tuple[Session, list[Any]]:
     session = _session(args, args.study)
-    await session.start()
-    handles = await session.attach(args.study)
+    try:
+        await session.start()
+        handles = await session.attach(args.study)
+    except BaseException:
+        await session.aclose()
+        raise
     only = getattr(args, "steps", None)  # `logs` names one step, not a list
     if only:
         handles = [h for h in handles if h.name in only]

@@ -37,7 +37,17 @@ from ..render import (
     Manifests,
 )
 from ..state import StepResult, StepState
-from .client import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, ClientOptions, Kind, KubeClient
+from .client import (
+    CONFIGMAPS,
+    JOBS,
+    POD_LOGS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    ClientOptions,
+    Kind,
+    KubeClient,
+)
 from .config import ClusterConfig, load_config
 from .status import IMAGE_ERRORS, grace_deadline, judge
 from .watch import Change, Informer
@@ -83,6 +93,8 @@ class StudyWatch:
             await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         finally:
             both.cancel()
+            # An informer that failed also failed the gather: its error is raised below.
+            both.add_done_callback(lambda f: f.cancelled() or f.exception())
         for task in self._tasks:
             if task.done():
                 task.result()
@@ -519,10 +531,10 @@ class KubernetesBackend:
                 await _first_change(handle)
         for pod in pods[-1:]:
             params = {"container": container or MAIN_CONTAINER, "follow": "true"}
-            path = PODS.path(handle.namespace, pod, "log")
+            path = POD_LOGS.path(handle.namespace, pod)
             what = f'follow the log of pod "{pod}"'
             async for line in self.client.stream_lines(
-                path, params, what=what, kind=PODS, verb="get"
+                path, params, what=what, kind=POD_LOGS, verb="get"
             ):
                 yield line.decode("utf-8", "replace")
 

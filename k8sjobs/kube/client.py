@@ -44,24 +44,28 @@ class Kind:
 
     prefix: str
     plural: str
+    #: A subresource ("log"): its paths end in it, and RBAC names it "pods/log".
+    sub: str = ""
 
-    def path(self, namespace: str, name: str = "", sub: str = "") -> str:
+    def path(self, namespace: str, name: str = "") -> str:
         """Return the URL path of the collection, or of one object (and its subresource)."""
         base = f"{self.prefix}/namespaces/{namespace}/{self.plural}"
-        return "/".join(p for p in (base, name, sub) if p)
+        return "/".join(p for p in (base, name, self.sub if name else "") if p)
 
     def grant(self, verb: str) -> str:
         """Return the RBAC rule a 403 asks the user to add, in the words of a Role."""
         group = (
             self.prefix.removeprefix("/apis/").rpartition("/")[0] if "/apis/" in self.prefix else ""
         )
-        return f'verb "{verb}" on resource "{self.plural}" (apiGroup "{group}")'
+        resource = f"{self.plural}/{self.sub}" if self.sub else self.plural
+        return f'verb "{verb}" on resource "{resource}" (apiGroup "{group}")'
 
 
 CONFIGMAPS = Kind("/api/v1", "configmaps")
 SECRETS = Kind("/api/v1", "secrets")
 SERVICES = Kind("/api/v1", "services")
 PODS = Kind("/api/v1", "pods")
+POD_LOGS = Kind("/api/v1", "pods", sub="log")
 JOBS = Kind("/apis/batch/v1", "jobs")
 
 
@@ -191,9 +195,9 @@ class KubeClient:
         if tail is not None:
             params["tailLines"] = str(tail)
         what = f'read the log of pod "{pod}" container "{container}" in namespace "{namespace}"'
-        path = PODS.path(namespace, pod, "log")
+        path = POD_LOGS.path(namespace, pod)
         text = await self.request(
-            "GET", path, params=params, what=what, kind=PODS, verb="get", raw=True
+            "GET", path, params=params, what=what, kind=POD_LOGS, verb="get", raw=True
         )
         return str(text)
 

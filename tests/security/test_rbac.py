@@ -150,10 +150,6 @@ async def test_refused_watch_list_fails_fast_with_the_right_to_grant(
             await asyncio.wait_for(s.submit(_step("a")), 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube/client.py log() passes kind=PODS, so the hint says 'pods', not 'pods/log'",
-)
 async def test_refused_log_names_the_log_subresource(
     cluster: FakeCluster, rbac: Rbac, tmp_path: Path
 ) -> None:
@@ -185,12 +181,6 @@ async def test_cli_reports_a_refusal_with_the_right_to_grant(
     assert first.endswith(grant)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after the error line, stderr shows '_GatheringFuture exception was never retrieved' "
-    "with a traceback (kube/backend.py StudyWatch.synced) and 'Unclosed connector' (cli._attach "
-    "does not close the session when attach raises)",
-)
 async def test_cli_refusal_prints_no_traceback(
     cluster: FakeCluster, rbac: Rbac, tmp_path: Path
 ) -> None:
