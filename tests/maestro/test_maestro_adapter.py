@@ -19,6 +19,7 @@ from k8sjobs import _maestro_hook
 from k8sjobs.maestro import (
     ANNOTATION_WORKSPACE,
     KubernetesScriptAdapter,
+    _hardware_failure,
     format_job_id,
     load_batch,
     maestro_state,
@@ -129,6 +130,34 @@ def test_state_mapping(state: StepState, reason: str, expected: State) -> None:
     result = StepResult(name="s", state=state, reason=reason)
     assert maestro_state(result) is expected
     assert adapter()._state(result) is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "hardware"),
+    [
+        ({"phase": "Failed", "reason": "Evicted"}, True),
+        ({"phase": "Failed", "reason": "NodeShutdown"}, True),
+        (
+            {
+                "phase": "Failed",
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "DeletionByTaintManager",
+                    }
+                ],
+            },
+            True,
+        ),
+        ({"phase": "Failed", "reason": "Error"}, False),
+        ({"phase": "Running"}, False),
+    ],
+)
+def test_pods_lost_to_their_node_are_hardware_failures(
+    status: dict[str, Any], hardware: bool
+) -> None:
+    assert _hardware_failure([{"metadata": {"name": "p"}, "status": status}]) is hardware
 
 
 def test_node_loss_is_a_hardware_failure() -> None:
