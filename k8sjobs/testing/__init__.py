@@ -12,12 +12,41 @@ See docs/testing.md. The pytest plugin (k8sjobs.testing.pytest_plugin) provides 
 
 from __future__ import annotations
 
-from k8sjobs.testing._cluster import FakeCluster
-from k8sjobs.testing._controller import ControllerConfig
-from k8sjobs.testing._errors import ApiError
-from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
-from k8sjobs.testing._kubelet import KubeletConfig, NodeConfig, PodPlan, SimulateRule
-from k8sjobs.testing._store import Event, Store
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from k8sjobs.testing._cluster import FakeCluster
+    from k8sjobs.testing._controller import ControllerConfig
+    from k8sjobs.testing._errors import ApiError
+    from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
+    from k8sjobs.testing._kubelet import KubeletConfig, NodeConfig, PodPlan, SimulateRule
+    from k8sjobs.testing._store import Event, Store
+
+# Where each public name lives. Imported on first use, so that the pytest plugin (loaded in
+# every pytest run of every project that installs k8sjobs) does not pay for aiohttp & co.
+_HOMES = {
+    "ApiError": "_errors",
+    "ControllerConfig": "_controller",
+    "Event": "_store",
+    "FakeCluster": "_cluster",
+    "Faults": "_faults",
+    "KubeletConfig": "_kubelet",
+    "NodeConfig": "_kubelet",
+    "PodPlan": "_kubelet",
+    "RequestKey": "_faults",
+    "RequestLog": "_faults",
+    "SimulateRule": "_kubelet",
+    "Store": "_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its private module on first use."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = [
     "ApiError",

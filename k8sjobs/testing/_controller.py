@@ -21,7 +21,6 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from k8sjobs.testing._errors import ApiError
 from k8sjobs.testing._store import Event, Obj, Store, copy_obj, now_rfc3339
@@ -677,8 +676,3 @@ def _pod_failure_policy(job: Obj, pod: Obj) -> tuple[str | None, str]:
 def _exit_code(container_status: Obj) -> int | None:
     terminated = (container_status.get("state") or {}).get("terminated")
     return None if terminated is None else int(terminated.get("exitCode", 0))
-
-
-def merge_status(status: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Return `status` with `update`'s top-level fields replacing its own."""
-    return {**status, **update}
