@@ -30,6 +30,10 @@ from .errors import (
 
 T = TypeVar("T")
 BodyFactory = Callable[[], Any]
+# aiohttp stops reading a socket once this much is buffered (twice this, in fact). The
+# default 64 KiB stalls a download whenever the writer thread is busy; 4 MiB keeps the
+# socket drained while the previous chunk is written and hashed.
+READ_BUFFER = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ class Transport:
                     sock_read=self.timeouts.read,
                 ),
                 auto_decompress=False,
+                read_bufsize=READ_BUFFER,
             )
         return self._session
 

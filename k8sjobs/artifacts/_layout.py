@@ -285,7 +285,7 @@ class OCILayout:
     ) -> _transfer.PushResult:
         """Store files and directories as one artifact; return its reference and digest."""
         opts = _transfer.PushOptions(
-            artifact_type, annotations, compression, level, self.concurrency, progress
+            artifact_type, annotations, compression, level, self.concurrency, progress, reference
         )
         return await _transfer.push_paths(
             self, self._ref(reference), [Path(p) for p in paths], self.cache, opts
@@ -304,6 +304,7 @@ class OCILayout:
             self._ref(reference),
             Path(target),
             concurrency=self.concurrency,
+            display=reference,
             progress=progress,
         )
 

@@ -451,7 +451,7 @@ class Registry:
     ) -> _transfer.PushResult:
         """Push files and directories as one artifact; return its reference and digest."""
         opts = _transfer.PushOptions(
-            artifact_type, annotations, compression, level, self.concurrency, progress
+            artifact_type, annotations, compression, level, self.concurrency, progress, reference
         )
         ref = self._ref(reference)
         return await _transfer.push_paths(self, ref, [Path(p) for p in paths], self.cache, opts)
@@ -466,7 +466,12 @@ class Registry:
         """Pull an artifact's files into ``target``, every byte verified."""
         ref = self._ref(reference)
         return await _transfer.pull_to(
-            self, ref, Path(target), concurrency=self.concurrency, progress=progress
+            self,
+            ref,
+            Path(target),
+            concurrency=self.concurrency,
+            progress=progress,
+            display=reference,
         )
 
     async def resolve(self, reference: str) -> str:

@@ -103,6 +103,7 @@ class PushOptions:
     level: int | None = None
     concurrency: int = 4
     progress: ProgressCallback | None = None
+    display: str | None = None  # the reference as the caller wrote it, for the result
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -232,7 +233,7 @@ async def push_paths(
     layers = [layer for layer in slots if layer is not None]
     manifest = _media.build_manifest(layers, opts.artifact_type, opts.annotations or {})
     digest = await backend.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)
-    return PushResult(str(ref), digest, tuple(layers), pusher.bytes_sent)
+    return PushResult(opts.display or str(ref), digest, tuple(layers), pusher.bytes_sent)
 
 
 def _layer_destination(target: Path, desc: Descriptor) -> Path:
@@ -314,6 +315,7 @@ async def pull_to(
     *,
     concurrency: int = 4,
     progress: ProgressCallback | None = None,
+    display: str | None = None,
 ) -> PullResult:
     """Fetch an artifact's layers into ``target``, verified; return what was written."""
     data, _, digest = await backend.get_manifest(ref)
@@ -336,4 +338,4 @@ async def pull_to(
     except BaseExceptionGroup as group:
         raise first_error(group) from None
     paths = tuple(p for group in written for p in group)
-    return PullResult(str(ref), digest, paths, manifest)
+    return PullResult(display or str(ref), digest, paths, manifest)
