@@ -19,7 +19,7 @@ from ._digest import DigestCache
 from ._http import RetryPolicy, Timeouts, Transport, with_retries
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
-from ._streams import ArchivePipe, HashingReader, VerifyingWriter
+from ._streams import ArchivePipe, HashingReader, OrderedWorker, VerifyingWriter
 from ._tarball import ArchiveInfo, Compression
 from .errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 
@@ -136,11 +136,12 @@ class Registry:
     async def _body(
         self, reader: HashingReader, length: int, sent: _transfer.BytesCallback
     ) -> AsyncIterator[bytes]:
-        """Yield ``length`` bytes of the file; the next chunk is read and hashed in a worker
-        thread while the current one is being sent."""
+        """Yield ``length`` bytes of the file. The next chunk is read on a worker thread and
+        each chunk is hashed on another while the event loop sends the current one."""
         loop = asyncio.get_running_loop()
+        hashing = OrderedWorker()
         left = length
-        ahead = loop.run_in_executor(None, reader.read, min(READ_CHUNK, left))
+        ahead = loop.run_in_executor(None, reader.read_only, min(READ_CHUNK, left))
         try:
             while left > 0:
                 chunk = await ahead
@@ -148,11 +149,16 @@ class Registry:
                     raise RegistryError("The file shrank while it was being uploaded.")
                 left -= len(chunk)
                 if left > 0:
-                    ahead = loop.run_in_executor(None, reader.read, min(READ_CHUNK, left))
+                    ahead = loop.run_in_executor(None, reader.read_only, min(READ_CHUNK, left))
+                await hashing.submit(reader.hash, chunk)
+                if left == 0:
+                    # The caller reads the digest once the body is sent: finish it first.
+                    await hashing.drain()
                 sent(len(chunk))
                 yield chunk
         finally:
             await asyncio.wait([ahead])  # never leave a read running on a file about to close
+            await hashing.close()
 
     async def _upload_once(
         self,
@@ -411,30 +417,33 @@ class Registry:
     async def _drain_into(
         resp: aiohttp.ClientResponse, writer: VerifyingWriter, received: _transfer.BytesCallback
     ) -> None:
-        """Copy a response body into ``writer``: one chunk is written and hashed in a worker
-        thread while the next one arrives from the socket (order kept: one write at a time)."""
-        loop = asyncio.get_running_loop()
-        writing: asyncio.Future[None] | None = None
+        """Copy a response body into ``writer``: hashing and writing each run on a thread of
+        their own while the event loop reads the next chunk from the socket."""
+        hashing, storing = OrderedWorker(), OrderedWorker()
         pieces: list[bytes] = []
         buffered = 0
+
+        async def flush() -> None:
+            nonlocal pieces, buffered
+            chunk = b"".join(pieces)
+            writer.count(len(chunk))
+            await hashing.submit(writer.hash, chunk)
+            await storing.submit(writer.store, chunk)
+            received(len(chunk))
+            pieces, buffered = [], 0
+
         try:
             async for piece in resp.content.iter_chunked(READ_CHUNK):
                 pieces.append(piece)
                 buffered += len(piece)
-                if buffered < READ_CHUNK:
-                    continue
-                if writing is not None:
-                    await writing
-                writing = loop.run_in_executor(None, writer.write, b"".join(pieces))
-                received(buffered)
-                pieces, buffered = [], 0
-            if writing is not None:
-                await writing
-            await anyio.to_thread.run_sync(writer.write, b"".join(pieces))
-            received(buffered)
+                if buffered >= READ_CHUNK:
+                    await flush()
+            await flush()
+            await hashing.drain()
+            await storing.drain()
         finally:
-            if writing is not None:
-                await asyncio.wait([writing])
+            await hashing.close()
+            await storing.close()
 
     # -- ArtifactStore ------------------------------------------------------------------
 

@@ -3,10 +3,13 @@ chunk while hashing it, so a blob is never whole in memory and never hashed twic
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -28,6 +31,13 @@ class HashingReader:
         self.hasher.update(chunk)
         return chunk
 
+    def read_only(self, n: int) -> bytes:
+        """Read without hashing (the caller hashes elsewhere, with ``hash``)."""
+        return self._file.read(n)
+
+    def hash(self, chunk: bytes) -> None:
+        self.hasher.update(chunk)
+
     def close(self) -> None:
         self._file.close()
 
@@ -45,14 +55,25 @@ class VerifyingWriter:
         self.digest, self.size, self.where = digest, size, where
         self.written = 0
 
-    def write(self, chunk: bytes) -> None:
-        self.written += len(chunk)
+    def count(self, n: int) -> None:
+        """Account for ``n`` more bytes; raise DigestMismatch past the announced size."""
+        self.written += n
         if self.written > self.size:
             raise DigestMismatch(
                 f"{self.where}: received more than the {self.size} bytes announced."
             )
+
+    def hash(self, chunk: bytes) -> None:
         self._hasher.update(chunk)
+
+    def store(self, chunk: bytes) -> None:
         self._file.write(chunk)
+
+    def write(self, chunk: bytes) -> None:
+        """Count, hash and store a chunk (for callers without a pipeline)."""
+        self.count(len(chunk))
+        self.hash(chunk)
+        self.store(chunk)
 
     def finish(self) -> None:
         """Close the file and raise DigestMismatch unless size and digest both match."""
@@ -69,6 +90,36 @@ class VerifyingWriter:
 
     def abort(self) -> None:
         self._file.close()
+
+
+class OrderedWorker:
+    """A thread of its own that runs calls one at a time, in submission order.
+
+    ``submit`` returns at once unless more than ``depth`` calls are pending, so the event
+    loop keeps moving bytes while the thread hashes or writes (bounded memory: ``depth``
+    chunks). Two workers (hash, write) let both run at once on two cores.
+    """
+
+    def __init__(self, depth: int = 4) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8sjobs-blob")
+        self._pending: deque[asyncio.Future[None]] = deque()
+        self._depth = depth
+
+    async def submit(self, fn: Callable[[bytes], None], chunk: bytes) -> None:
+        self._pending.append(asyncio.wrap_future(self._pool.submit(fn, chunk)))
+        while len(self._pending) > self._depth:
+            await self._pending.popleft()
+
+    async def drain(self) -> None:
+        """Wait for every pending call; raise the first failure."""
+        while self._pending:
+            await self._pending.popleft()
+
+    async def close(self) -> None:
+        """Wait for pending calls (ignoring failures, already raised elsewhere) and stop."""
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
+        self._pool.shutdown(wait=False)
 
 
 class ArchivePipe:
