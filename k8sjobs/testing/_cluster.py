@@ -108,6 +108,7 @@ class FakeCluster:
 
     async def start(self) -> FakeCluster:
         """Start the API server, controller and kubelet; write the kubeconfig."""
+        self.directory.mkdir(parents=True, exist_ok=True)
         for name in self._namespaces:
             if self.store.get("namespaces", "", name) is None:
                 self.store.create("namespaces", "", {"metadata": {"name": name}})
