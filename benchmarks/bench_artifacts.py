@@ -156,6 +156,13 @@ def backdate(root: Path) -> None:
         os.utime(p, (time.time() - 60, time.time() - 60))
 
 
+def remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def rate(mib: float, run: Run) -> str:
     return f"{mib / run.seconds:8.1f} MiB/s"
 
@@ -164,11 +171,25 @@ def row(name: str, *cells: str) -> None:
     print(f"| {name:<44} | " + " | ".join(f"{c:>20}" for c in cells) + " |")
 
 
-def best(runs: int, make: Callable[[int], Run]) -> Run:
-    """Return the fastest of ``runs`` runs (this machine's disk is noisy), its RSS the largest."""
-    results = [make(i) for i in range(runs)]
-    fastest = min(results, key=lambda r: r.seconds)
-    return Run(fastest.seconds, max(r.rss_mib for r in results), fastest.sent)
+def interleaved(runs: int, makers: dict[str, Callable[[int], Run]]) -> dict[str, Run]:
+    """Run every client once per round, rotating their order, and keep each one's fastest run.
+
+    This disk's speed drifts by 2-3x over a minute; interleaving gives every client the same
+    conditions, where running one client's repeats back to back did not.
+    """
+    results: dict[str, list[Run]] = {name: [] for name in makers}
+    names = list(makers)
+    for i in range(runs):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            results[name].append(makers[name](i))
+    return {
+        name: Run(
+            min(r.seconds for r in rs),
+            max(r.rss_mib for r in rs),
+            min(rs, key=lambda r: r.seconds).sent,
+        )
+        for name, rs in results.items()
+    }
 
 
 def main() -> None:
@@ -205,17 +226,29 @@ def main() -> None:
         row("operation", "k8sjobs", "oras-py", "curl")
         row("-" * 44, *["-" * 20] * 3)
 
-        c_push = best(n, lambda i: curl_push(base, f"bench/curl{i}", big, digest))
-        o_push = best(n, lambda i: oras("push", loc, f"bench/oras{i}:big", big))
-        k_push = best(n, lambda i: k8sjobs("push", loc, f"bench/k8s{i}:big", big, env(i, "big")))
+        push = interleaved(
+            n,
+            {
+                "curl": lambda i: curl_push(base, f"bench/curl{i}", big, digest),
+                "oras": lambda i: oras("push", loc, f"bench/oras{i}:big", big),
+                "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s{i}:big", big, env(i, "big")),
+            },
+        )
+        c_push, o_push, k_push = push["curl"], push["oras"], push["k8s"]
         row(f"push {args.size} MiB: rate", rate(mib, k_push), rate(mib, o_push), rate(mib, c_push))
         row("push: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_push, o_push, c_push)))
 
-        c_pull = best(n, lambda i: curl_pull(base, "bench/curl0", digest, work / f"curl{i}.out"))
-        o_pull = best(n, lambda i: oras("pull", loc, "bench/oras0:big", work / f"oras-out{i}"))
-        k_pull = best(
-            n, lambda i: k8sjobs("pull", loc, "bench/k8s0:big", work / f"k8s-out{i}", env(i, "p"))
+        pull = interleaved(
+            n,
+            {
+                "curl": lambda i: curl_pull(base, "bench/curl0", digest, work / f"curl{i}.out"),
+                "oras": lambda i: oras("pull", loc, "bench/oras0:big", work / f"oras-out{i}"),
+                "k8s": lambda i: k8sjobs(
+                    "pull", loc, "bench/k8s0:big", work / f"k8s-out{i}", env(i, "p")
+                ),
+            },
         )
+        c_pull, o_pull, k_pull = pull["curl"], pull["oras"], pull["k8s"]
         row(
             f"pull {args.size} MiB (k8sjobs verifies)",
             rate(mib, k_pull),
@@ -225,24 +258,40 @@ def main() -> None:
         row("pull: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_pull, o_pull, c_pull)))
         for i in range(n):
             for name in (f"curl{i}.out", f"oras-out{i}", f"k8s-out{i}"):
-                shutil.rmtree(work / name, ignore_errors=True) if (work / name).is_dir() else (
-                    work / name
-                ).unlink(missing_ok=True)
+                remove(work / name)
 
-        o_re = best(n, lambda i: oras("push", loc, f"bench/oras0:again{i}", big))
-        k_re = best(n, lambda i: k8sjobs("push", loc, f"bench/k8s0:again{i}", big, env(0, "big")))
+        again = interleaved(
+            n,
+            {
+                "oras": lambda i: oras("push", loc, f"bench/oras0:again{i}", big),
+                "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s0:again{i}", big, env(0, "big")),
+            },
+        )
+        o_re, k_re = again["oras"], again["k8s"]
         row("re-push unchanged: time", f"{k_re.seconds:8.3f} s", f"{o_re.seconds:8.3f} s", "-")
         row("re-push unchanged: blob bytes sent", f"{k_re.sent}", "(HEAD skip)", "-")
 
         tree = work / "tree" / "dataset"
         make_tree(tree, args.files, args.file_kib * 1024)
         backdate(tree.parent)
-        o_dpush = best(n, lambda i: oras("push", loc, f"bench/orasdir{i}:v", tree))
-        k_dpush = best(n, lambda i: k8sjobs("push", loc, f"bench/k8sdir{i}:v", tree, env(i, "dir")))
-        o_dpull = best(n, lambda i: oras("pull", loc, "bench/orasdir0:v", work / f"oras-dir{i}"))
-        k_dpull = best(
-            n, lambda i: k8sjobs("pull", loc, "bench/k8sdir0:v", work / f"k8s-dir{i}", env(i, "d"))
+        dpush = interleaved(
+            n,
+            {
+                "oras": lambda i: oras("push", loc, f"bench/orasdir{i}:v", tree),
+                "k8s": lambda i: k8sjobs("push", loc, f"bench/k8sdir{i}:v", tree, env(i, "dir")),
+            },
         )
+        dpull = interleaved(
+            n,
+            {
+                "oras": lambda i: oras("pull", loc, "bench/orasdir0:v", work / f"oras-dir{i}"),
+                "k8s": lambda i: k8sjobs(
+                    "pull", loc, "bench/k8sdir0:v", work / f"k8s-dir{i}", env(i, "d")
+                ),
+            },
+        )
+        o_dpush, k_dpush = dpush["oras"], dpush["k8s"]
+        o_dpull, k_dpull = dpull["oras"], dpull["k8s"]
         row(
             "directory push (gzip, auto level)",
             f"{k_dpush.seconds:8.3f} s",
