@@ -220,7 +220,8 @@ def main() -> None:
         backdate(big.parent)
         loc, base, mib = server.location, server.url, float(args.size)
         print(
-            f"registry {base}, big file {args.size} MiB, directory {args.files} x {args.file_kib} KiB, "
+            f"registry {base}, big file {args.size} MiB, "
+            f"directory {args.files} x {args.file_kib} KiB, "
             f"best of {n}\n"
         )
         row("operation", "k8sjobs", "oras-py", "curl")
@@ -304,7 +305,8 @@ def main() -> None:
             f"push vs curl {c_push.seconds / k_push.seconds:.0%} (floor 90%), "
             f"pull vs curl {c_pull.seconds / k_pull.seconds:.0%} (floor 90%), "
             f"re-push {k_re.seconds:.3f} s (floor 0.3 s), "
-            f"dir push x{o_dpush.seconds / k_dpush.seconds:.1f} and pull x{o_dpull.seconds / k_dpull.seconds:.1f} "
+            f"dir push x{o_dpush.seconds / k_dpush.seconds:.1f} "
+            f"and pull x{o_dpull.seconds / k_dpull.seconds:.1f} "
             "vs oras-py (floor x5)"
         )
         compression_table(work, loc, env(0, "comp"), args)

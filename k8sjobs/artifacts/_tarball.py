@@ -12,6 +12,7 @@ import hashlib
 import os
 import posixpath
 import stat
+import struct
 import tarfile
 import time
 import zlib
@@ -52,6 +53,14 @@ def media_type_for(compression: Compression) -> str:
     }[compression]
 
 
+class Writable(Protocol):
+    """Where an archive is written: a file, or a pipe to an upload."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 class _HashingWriter:
     """A write-only file object that hashes and counts what passes through it."""
 
@@ -75,6 +84,42 @@ class _HashingWriter:
     @property
     def digest(self) -> str:
         return "sha256:" + self.hasher.hexdigest()
+
+
+class StoredGzip:
+    """A gzip stream made of stored (uncompressed) deflate blocks.
+
+    Every gzip reader accepts it, and it is written at memory speed: zlib at level 0 still
+    pushes each byte through its window, about eight times slower. Used for gzip level 0,
+    which choose_level picks for data that would not shrink anyway.
+    """
+
+    _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no name, mtime 0, OS unknown
+    _BLOCK = 65535
+
+    def __init__(self, out: Writable) -> None:
+        self._out = out
+        self._crc = 0
+        self._size = 0
+        out.write(self._HEADER)
+
+    def write(self, data: bytes, /) -> int:
+        view = memoryview(data)
+        for start in range(0, len(view), self._BLOCK):
+            block = view[start : start + self._BLOCK]
+            self._out.write(struct.pack("<BHH", 0, len(block), len(block) ^ 0xFFFF))
+            self._out.write(block)  # type: ignore[arg-type]
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def close(self) -> None:
+        """End the deflate stream (an empty final block) and write the gzip trailer."""
+        self._out.write(struct.pack("<BHH", 1, 0, 0xFFFF))
+        self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
 
 
 def walk_sorted(root: Path) -> list[Path]:
@@ -141,19 +186,13 @@ def _head(path: Path) -> bytes:
         return f.read(_SAMPLE_BYTES)
 
 
-class Writable(Protocol):
-    """Where an archive is written: a file, or a pipe to an upload."""
-
-    def write(self, data: bytes, /) -> int: ...
-
-    def flush(self) -> None: ...
-
-
 def write_archive(root: Path, out: Writable, compression: Compression, level: int) -> ArchiveInfo:
     """Write ``root`` as a deterministic archive to ``out``; return its digests and size."""
     blob = _HashingWriter(out)
     compressor: Any
-    if compression == "gzip":
+    if compression == "gzip" and level == 0:
+        compressor = StoredGzip(blob)
+    elif compression == "gzip":
         compressor = gzip.GzipFile(
             filename="", mode="wb", fileobj=blob, compresslevel=level, mtime=0
         )
