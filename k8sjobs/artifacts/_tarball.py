@@ -86,6 +86,17 @@ class _HashingWriter:
         return "sha256:" + self.hasher.hexdigest()
 
 
+def _zstandard() -> Any:
+    """Return the zstandard module, an optional dependency, or say how to install it."""
+    try:
+        import zstandard
+    except ImportError:
+        raise RegistryError(
+            'Compression "zstd" needs the zstandard package: pip install zstandard.'
+        ) from None
+    return zstandard
+
+
 class StoredGzip:
     """A gzip stream made of stored (uncompressed) deflate blocks.
 
@@ -197,9 +208,7 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
             filename="", mode="wb", fileobj=blob, compresslevel=level, mtime=0
         )
     elif compression == "zstd":
-        import zstandard
-
-        compressor = zstandard.ZstdCompressor(level=level).stream_writer(blob, closefd=False)  # type: ignore[arg-type]
+        compressor = _zstandard().ZstdCompressor(level=level).stream_writer(blob, closefd=False)  # type: ignore[arg-type]
     else:
         compressor = blob
     tar_stream = _HashingWriter(compressor)
@@ -228,9 +237,7 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
 
 def _open_read(path: Path, media_type: str) -> tarfile.TarFile:
     if media_type.endswith("+zstd"):
-        import zstandard
-
-        stream = zstandard.ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
+        stream = _zstandard().ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
         return tarfile.open(fileobj=stream, mode="r|")
     # Not the stream mode: reading through GzipFile is much faster than tarfile's _Stream.
     return tarfile.open(path, mode="r:*")
