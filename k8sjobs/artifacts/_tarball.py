@@ -208,7 +208,7 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
             filename="", mode="wb", fileobj=blob, compresslevel=level, mtime=0
         )
     elif compression == "zstd":
-        compressor = _zstandard().ZstdCompressor(level=level).stream_writer(blob, closefd=False)  # type: ignore[arg-type]
+        compressor = _zstandard().ZstdCompressor(level=level).stream_writer(blob, closefd=False)
     else:
         compressor = blob
     tar_stream = _HashingWriter(compressor)
