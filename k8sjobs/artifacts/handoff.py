@@ -159,7 +159,10 @@ def _output_path(workdir: Path, name: str, output: Output) -> Path:
 
 async def push_outputs(config: HandoffConfig, workdir: Path) -> dict[str, dict[str, str]]:
     """Push every declared output; return name -> {"reference", "digest"}."""
-    paths = {name: _output_path(workdir, name, out) for name, out in config.outputs.items()}
+    paths = {
+        name: await asyncio.to_thread(_output_path, workdir, name, out)
+        for name, out in config.outputs.items()
+    }
     results: dict[str, dict[str, str]] = {}
     async with open_store(
         config.store, plain_http=config.plain_http, ca_file=config.ca_file
