@@ -77,7 +77,7 @@ async def test_stalled_download_times_out_and_is_retried(proxy: FaultProxy, tmp_
     data = _data(tmp_path)
     async with _store(proxy, tmp_path) as store:
         await store.push("faults/stall:v1", [data])
-        proxy.inject(Fault("stall", method="GET", path_pattern="/blobs/sha256", stall_seconds=3))
+        proxy.inject(Fault("stall", method="GET", path_pattern="/blobs/sha256", stall_seconds=1.5))
         await store.pull("faults/stall:v1", tmp_path / "out")
     assert (tmp_path / "out" / "data.bin").read_bytes() == data.read_bytes()
 
