@@ -5,20 +5,29 @@ The public API is what this module exports; everything else is private to the pa
 
 from __future__ import annotations
 
+from .artifacts import open_store
 from .errors import (
     AlreadyExists,
     ApiError,
+    ArtifactNotFound,
+    AuthenticationError,
     Conflict,
+    DigestMismatch,
     Forbidden,
     Gone,
     Invalid,
+    InvalidReference,
     K8sJobsError,
     NotFound,
+    RegistryError,
+    RegistryUnavailable,
     ServerUnavailable,
     SessionClosed,
     SpecMismatch,
     StepFailed,
     StudyError,
+    UnsafeArchive,
+    UploadFailed,
 )
 from .handle import StepHandle
 from .render import Manifests, Target, render
@@ -32,13 +41,19 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyExists",
     "ApiError",
+    "ArtifactNotFound",
+    "AuthenticationError",
     "Conflict",
+    "DigestMismatch",
     "Forbidden",
     "Gone",
     "Invalid",
+    "InvalidReference",
     "K8sJobsError",
     "Manifests",
     "NotFound",
+    "RegistryError",
+    "RegistryUnavailable",
     "Resources",
     "SecretKeyRef",
     "ServerUnavailable",
@@ -56,8 +71,11 @@ __all__ = [
     "StudyRun",
     "Target",
     "Toleration",
+    "UnsafeArchive",
+    "UploadFailed",
     "default_session",
     "load_study",
+    "open_store",
     "render",
     "submit_step",
 ]

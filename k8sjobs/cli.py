@@ -27,6 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .artifacts.cli import add_artifact_commands
 from .errors import K8sJobsError
 from .rbac import add_rbac_command
 from .render import Target, render
@@ -115,19 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", type=Path, help="HTML file (default <study>.html)")
     report.set_defaults(func=_cmd_report)
 
-    _add_optional_commands(commands)
+    add_artifact_commands(commands)
     add_rbac_command(commands)
     return parser
-
-
-def _add_optional_commands(commands: Any) -> None:
-    import importlib
-
-    try:  # TODO(integration): a plain import once k8sjobs.artifacts.cli lands
-        module = importlib.import_module("k8sjobs.artifacts.cli")
-    except ImportError:
-        return
-    module.add_artifact_commands(commands)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:

@@ -12,11 +12,19 @@
     │   ├── Invalid           422, with the causes
     │   ├── Gone              410, a watch or list resourceVersion too old
     │   └── ServerUnavailable 429/5xx or no connection, after the retries ran out
-    └── StudyError            a study file or DAG that cannot run (cycle, unknown step)
+    ├── StudyError            a study file or DAG that cannot run (cycle, unknown step)
+    └── RegistryError         storing or fetching an artifact failed
+        ├── InvalidReference      a reference or store location that cannot be parsed
+        ├── AuthenticationError   credentials missing, wrong, or refused (401/403)
+        ├── ArtifactNotFound      the manifest or blob does not exist (404)
+        ├── DigestMismatch        the bytes received do not match their digest or size
+        ├── UnsafeArchive         a directory archive would write outside its target
+        ├── RegistryUnavailable   refused, timed out, or 5xx after the retries ran out
+        └── UploadFailed          the registry rejected an upload
 
 Input errors are raised by the models as ``pydantic.ValidationError`` (a ``ValueError``),
-before anything is sent: that is where the field name lives. Registry errors live in
-``k8sjobs.artifacts.errors`` and are re-exported by ``k8sjobs``.
+before anything is sent: that is where the field name lives. Messages are full sentences
+naming the object and the cause; they never hold a secret.
 """
 
 from __future__ import annotations
@@ -27,17 +35,25 @@ from typing import Any
 __all__ = [
     "AlreadyExists",
     "ApiError",
+    "ArtifactNotFound",
+    "AuthenticationError",
     "Conflict",
+    "DigestMismatch",
     "Forbidden",
     "Gone",
     "Invalid",
+    "InvalidReference",
     "K8sJobsError",
     "NotFound",
+    "RegistryError",
+    "RegistryUnavailable",
     "ServerUnavailable",
     "SessionClosed",
     "SpecMismatch",
     "StepFailed",
     "StudyError",
+    "UnsafeArchive",
+    "UploadFailed",
 ]
 
 
@@ -111,6 +127,38 @@ class Gone(ApiError):
 
 class ServerUnavailable(ApiError):
     """The server stayed unreachable or overloaded (429/5xx) after every allowed retry."""
+
+
+class RegistryError(K8sJobsError):
+    """Storing or fetching an artifact failed."""
+
+
+class InvalidReference(RegistryError, ValueError):
+    """A reference or a store location could not be parsed."""
+
+
+class AuthenticationError(RegistryError):
+    """The registry refused the credentials, or asked for credentials none were given."""
+
+
+class ArtifactNotFound(RegistryError):
+    """The manifest, tag, or blob does not exist in the store."""
+
+
+class DigestMismatch(RegistryError):
+    """Received bytes do not match the digest or size that names them."""
+
+
+class UnsafeArchive(RegistryError):
+    """A directory archive holds a member that would escape its target directory."""
+
+
+class RegistryUnavailable(RegistryError):
+    """The registry could not be reached, timed out, or kept failing after retries."""
+
+
+class UploadFailed(RegistryError):
+    """The registry rejected an upload (a status that retrying will not fix)."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -1,11 +1,6 @@
-"""``k8sjobs artifact push|pull|tags|rm``: argparse commands for the main CLI to wire in.
+"""``k8sjobs artifact push|pull|tags|rm``: the artifact commands of the k8sjobs CLI.
 
-    parser = argparse.ArgumentParser(prog="k8sjobs")
-    add_artifact_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args()
-    sys.exit(args.run(args))
-
-Each command's ``run`` returns an exit code; errors print one line on stderr.
+Each command's ``func`` returns an exit code; errors print one line on stderr.
 """
 
 from __future__ import annotations
@@ -175,20 +170,20 @@ def add_artifact_commands(subparsers: Any) -> argparse.ArgumentParser:
         help='directories: "none", "gzip[:level]" or "zstd[:level]" '
         "(default gzip, its level fitted to the data)",
     )
-    push.set_defaults(run=_runner(_push))
+    push.set_defaults(func=_runner(_push))
 
     pull = commands.add_parser("pull", help="pull an artifact's files into a directory")
     pull.add_argument("reference")
     pull.add_argument("target", nargs="?", default=".", help="directory to write into (default .)")
-    pull.set_defaults(run=_runner(_pull))
+    pull.set_defaults(func=_runner(_pull))
 
     tags = commands.add_parser("tags", help="list the tags of a repository")
     tags.add_argument("repository")
-    tags.set_defaults(run=_runner(_tags))
+    tags.set_defaults(func=_runner(_tags))
 
     rm = commands.add_parser("rm", help="delete the manifest a reference names (and its tags)")
     rm.add_argument("reference")
-    rm.set_defaults(run=_runner(_rm))
+    rm.set_defaults(func=_runner(_rm))
 
     for parser in (push, pull, tags, rm):
         _common(parser)

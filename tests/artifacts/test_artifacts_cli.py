@@ -1,23 +1,18 @@
-"""The artifact commands, wired into a bare argparse parser as the main CLI will do."""
+"""`k8sjobs artifact push|pull|tags|rm`, through the real command-line entry point."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 from artifact_helpers import make_tree, same_tree
 
-from k8sjobs.artifacts.cli import add_artifact_commands
+from k8sjobs.cli import main
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="k8sjobs")
-    add_artifact_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    code: int = args.run(args)
-    return code
+    return main(argv)
 
 
 def test_push_pull_tags_rm_on_a_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
