@@ -12,7 +12,8 @@ exit-code marker, and pushes the declared outputs only when that code is 0. The 
 
 Environment: K8SJOBS_WORKDIR, K8SJOBS_INPUTS (input <name> lands in $K8SJOBS_INPUTS/<name>/),
 K8SJOBS_STATUS_DIR (holds the marker ``exitcode``; ``outputs.json`` is written there), and
-optionally DOCKER_CONFIG for registry credentials.
+optionally DOCKER_CONFIG for registry credentials. In a multi-node step every index pulls
+the inputs, and only index 0 (JOB_COMPLETION_INDEX) pushes the outputs.
 """
 
 from __future__ import annotations
@@ -187,6 +188,10 @@ async def run_push(config: HandoffConfig, timeout: float | None) -> int:
     code = await wait_for_exit_code(status_dir, timeout)
     if code != 0:
         print(f"k8sjobs handoff: the step exited with {code}; no outputs pushed.", file=sys.stderr)
+        return 0
+    index = os.environ.get("JOB_COMPLETION_INDEX", "0")
+    if index != "0":  # a multi-node step: its outputs are index 0's, pushed once
+        print(f"k8sjobs handoff: index {index}; index 0 pushes the outputs.", file=sys.stderr)
         return 0
     results = await push_outputs(config, _env_dir("K8SJOBS_WORKDIR"))
     await asyncio.to_thread(_write_json_atomically, status_dir / OUTPUTS_FILE, results)

@@ -110,6 +110,19 @@ def test_failed_step_pushes_nothing_and_exits_0(
     assert not (pod["status"] / "outputs.json").exists()
 
 
+def test_only_index_0_of_a_multi_node_step_pushes(
+    plain_registry: RegistryServer, tmp_path: Path, pod: dict[str, Path]
+) -> None:
+    config = _config(
+        tmp_path, plain_registry, outputs={"m": {"path": "absent", "reference": "x/y:once"}}
+    )
+    (pod["status"] / "exitcode").write_text("0")
+    push = _run(["push", "--config", str(config)], {**_env(pod), "JOB_COMPLETION_INDEX": "1"})
+    _, err = push.communicate(timeout=30)
+    assert push.returncode == 0 and "index 0 pushes" in err  # "absent" was never looked for
+    assert not (pod["status"] / "outputs.json").exists()
+
+
 def test_missing_output_fails_naming_it(
     plain_registry: RegistryServer, tmp_path: Path, pod: dict[str, Path]
 ) -> None:
