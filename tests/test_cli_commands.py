@@ -125,7 +125,7 @@ def test_run_failing_step_exits_1_and_says_which_and_why(tmp_path: Path) -> None
     assert any(line.endswith("good: SUCCEEDED (Completed)") for line in lines)
     assert "3 steps in" in done.stdout and "1 succeeded, 2 failed" in done.stdout
     summary = lines[lines.index("") + 2 :]
-    assert summary[0].startswith("  bad: FAILED (container step exited with code 7")
+    assert summary[0].startswith("  bad: FAILED (the script exited with code 7")
     assert "; log: " in summary[0] and summary[0].endswith("step.log")
     assert summary[1] == "  after-bad: FAILED (not run: upstream bad FAILED)"
 
@@ -183,7 +183,7 @@ def test_status_and_logs_after_a_run(tmp_path: Path) -> None:
     study_file(tmp_path, FAILING)
     k8sjobs(tmp_path, "run", "study.yaml", check=1)
     status = k8sjobs(tmp_path, "status", "--study", "mixed", check=1).stdout
-    assert "SUCCEEDED" in status and "container step exited with code 7" in status
+    assert "SUCCEEDED" in status and "the script exited with code 7" in status
     assert k8sjobs(tmp_path, "status", "--study", "mixed", "good", check=0)
     logs = k8sjobs(tmp_path, "logs", "--study", "mixed", "bad", check=0)
     assert logs.stdout == "about to fail\n"

@@ -145,7 +145,12 @@ def _failed(base: StepResult, cond: Obj, pods: list[Obj]) -> StepResult:
     reason, message, code = _pod_failure(failed_pods[-1])
     if job_reason in _POLICY_REASONS:
         return result.evolve(exit_code=code, message=f"{result.message}; last pod: {message}")
-    return result.evolve(reason=reason, message=f"{message} ({job_reason})", exit_code=code)
+    if job_reason == "BackoffLimitExceeded":  # the usual end: say how often it was tried
+        tries = len(failed_pods)
+        message += f", after {tries} attempts" if tries > 1 else ""
+    else:
+        message += f" ({job_reason})"
+    return result.evolve(reason=reason, message=message, exit_code=code)
 
 
 def _pod_failure(pod: Obj) -> tuple[str, str, int | None]:
@@ -163,7 +168,7 @@ def _pod_failure(pod: Obj) -> tuple[str, str, int | None]:
         return "OOMKilled", "container step ran out of memory (OOMKilled)", _code(main)
     code = _code(main)
     if code is not None and code != 0:
-        return "ExitCode", f"container step exited with code {code}", code
+        return "ExitCode", f"the script exited with code {code}", code
     push = _terminated(_container(pod, PUSH_CONTAINER))
     if code == 0 and push is not None and push.get("exitCode", 0) != 0:
         push_code = int(push["exitCode"])

@@ -160,7 +160,15 @@ def test_main_exit_code_is_the_reason() -> None:
     pod = _pod("Failed", _terminated("step", 7), _terminated("k8sjobs-push", 0))
     result = _judge(_job(BACKOFF), pod)
     assert (result.state, result.reason, result.exit_code) == (F, "ExitCode", 7)
-    assert "exited with code 7" in result.message and "BackoffLimitExceeded" in result.message
+    assert result.message == "the script exited with code 7"
+
+
+def test_retries_are_counted_in_the_message() -> None:
+    pods = [_pod("Failed", _terminated("step", 7)) for _ in range(3)]
+    for i, pod in enumerate(pods):
+        pod["metadata"]["name"] = f"s-{i}-abcde"
+    result = _judge(_job(BACKOFF), *pods)
+    assert result.message == "the script exited with code 7, after 3 attempts"
 
 
 def test_main_exit_code_is_preferred_over_push_container() -> None:
