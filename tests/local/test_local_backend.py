@@ -121,7 +121,7 @@ async def test_retries_exhausted_fail_with_backoff_limit(session: Session, tmp_p
     handle = await session.submit(step)
     result = await handle.wait(timeout=10)
     assert (result.state, result.exit_code) == (StepState.FAILED, 2)
-    assert "BackoffLimitExceeded" in result.message
+    assert result.message == "the script exited with code 2, after 3 attempts"
     assert count.read_text() == "x\n" * 3
 
 
