@@ -120,7 +120,8 @@ class Kubelet:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._logs: dict[tuple[str, str, str], bytes] = {}
         self._running_logs: set[tuple[str, str, str]] = set()
-        self._used: dict[str, dict[str, float]] = {}
+        self._used: dict[str, dict[str, float]] = {}  # pod uid -> what it holds
+        self._in_use: dict[str, float] = collections.defaultdict(float)  # their sum
         self._deferred: list[Event] = []
         self._runner: Any = None
         self._image_failure = (
@@ -223,13 +224,13 @@ class Kubelet:
             return
         if not spec.get("nodeName") and key not in self._unscheduled:
             self._unscheduled[key] = None
-            self._later(0.0 if self.paused else self.config.schedule_delay, self._schedule_all)
+            self._later(0.0 if self.paused else self.config.schedule_delay, self._schedule, key)
 
-    def _later(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
+    def _later(self, delay: float, callback: Callable[..., object], *args: Any) -> None:
         assert self._loop is not None
         self._loop.call_later(delay, self._guarded, callback, *args)
 
-    def _guarded(self, callback: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, callback: Callable[..., object], *args: Any) -> None:
         if self.paused:
             return
         # The pod may have changed or gone meanwhile; its next event decides again.
@@ -238,18 +239,27 @@ class Kubelet:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _schedule_all(self) -> None:
-        for key in list(self._unscheduled):
-            pod = self.store.get("pods", *key)
-            if pod is None or pod["spec"].get("nodeName"):
-                self._unscheduled.pop(key, None)
-                continue
-            shortfall = self._shortfall(pod)
-            if shortfall:
-                self._mark_unschedulable(pod, shortfall)
-                continue
+    def _schedule(self, key: tuple[str, str]) -> bool:
+        """Bind the pod at ``key`` if it fits now; else mark it Unschedulable. Return whether
+        it no longer waits (bound or gone)."""
+        pod = self.store.get("pods", *key)
+        if pod is None or pod["spec"].get("nodeName"):
             self._unscheduled.pop(key, None)
-            self._bind(pod)
+            return True
+        shortfall = self._shortfall(pod)
+        if shortfall:
+            self._mark_unschedulable(pod, shortfall)
+            return False
+        self._unscheduled.pop(key, None)
+        self._bind(pod)
+        return True
+
+    def _schedule_all(self) -> None:
+        # Oldest first, and stop at the first pod that still does not fit: freed room goes
+        # to the pods waiting longest, and a release costs the pods it binds, not the queue.
+        for key in list(self._unscheduled):
+            if not self._schedule(key):
+                return
 
     def _requests(self, pod: Obj) -> dict[str, float]:
         totals: dict[str, float] = collections.defaultdict(float)
@@ -272,10 +282,7 @@ class Kubelet:
 
     def _shortfall(self, pod: Obj) -> list[str]:
         capacity = self._capacity()
-        used: dict[str, float] = collections.defaultdict(float)
-        for usage in self._used.values():
-            for name, value in usage.items():
-                used[name] += value
+        used = self._in_use
         return sorted(
             name
             for name, value in self._requests(pod).items()
@@ -322,11 +329,18 @@ class Kubelet:
         pod = self.store.update(
             "pods", pod["metadata"]["namespace"], updated, subresource="*", validate=False
         )
-        self._used[pod["metadata"]["uid"]] = dict(self._requests(pod))
+        usage = self._used[pod["metadata"]["uid"]] = dict(self._requests(pod))
+        for name, value in usage.items():
+            self._in_use[name] += value
         self._launch(pod)
 
     def _release(self, pod: Obj) -> None:
-        if self._used.pop(pod["metadata"]["uid"], None) is not None and self._unscheduled:
+        usage = self._used.pop(pod["metadata"]["uid"], None)
+        if usage is None:
+            return
+        for name, value in usage.items():
+            self._in_use[name] -= value
+        if self._unscheduled:
             self._later(0.0, self._schedule_all)
 
     def _forget(self, pod: Obj) -> None:
