@@ -9,6 +9,7 @@ kept in an annotation (see ``render``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -49,11 +50,13 @@ def slug(text: str, limit: int) -> str:
     return folded[:limit].rstrip("-") or "x"
 
 
+@functools.lru_cache(maxsize=65536)
 def label_value(name: str) -> str:
     """Return the label value that identifies ``name`` (a study or step): slug plus hash."""
     return f"{slug(name, DNS_LABEL_MAX - _HASH_LEN - 1)}-{digest_suffix(name)}"
 
 
+@functools.lru_cache(maxsize=65536)
 def job_name(study: str, step: str) -> str:
     """Return the name shared by a step's Job, ConfigMap, Secret and Service in a study."""
     room = JOB_NAME_MAX - _HASH_LEN - 1

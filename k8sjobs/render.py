@@ -193,8 +193,9 @@ def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] =
 
 
 def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    # Each object gets its own copy: they are patched apart later (ownerReferences).
-    return json.loads(json.dumps(meta))  # type: ignore[no-any-return]
+    # Each object gets its own copy: they are patched apart later (ownerReferences). Labels
+    # and annotations are flat maps of strings, so copying them is copying all there is.
+    return {**meta, "labels": dict(meta["labels"]), "annotations": dict(meta["annotations"])}
 
 
 def _input_references(step: Step, target: Target, pinned: Mapping[str, str]) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from .backend import Backend
 from .errors import SessionClosed, StudyError
 from .handle import StepHandle
+from .names import job_name
 from .render import HANDOFF_IMAGE, Manifests, Target, render
 from .spec import Step, StepOutput
 from .state import StepResult, StepState
@@ -295,7 +296,7 @@ class Session:
         handle = StepHandle(
             name=step.name,
             study=self.study,
-            object_name=render(step, target).name,
+            object_name=job_name(self.study, step.name),
             namespace=step.namespace or target.namespace,
             backend=backend,
             step=step,

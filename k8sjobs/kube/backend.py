@@ -281,7 +281,7 @@ class KubernetesBackend:
         for obj in manifests.objects()[:-1]:
             kind = _KINDS[obj["kind"]]
             try:
-                await self.client.create(kind, manifests.namespace, obj)
+                await self.client.create(kind, manifests.namespace, obj, answer=False)
             except AlreadyExists:
                 current = await self.client.get(kind, manifests.namespace, manifests.name)
                 if _hash(current) != manifests.spec_hash:
@@ -332,7 +332,7 @@ class KubernetesBackend:
         patch = {"metadata": {"ownerReferences": [owner]}}
         for obj in manifests.objects()[:-1]:
             await self.client.merge_patch(
-                _KINDS[obj["kind"]], manifests.namespace, manifests.name, patch
+                _KINDS[obj["kind"]], manifests.namespace, manifests.name, patch, answer=False
             )
 
     async def _delete_for_replace(self, watch: StudyWatch, manifests: Manifests) -> None:

@@ -143,12 +143,23 @@ class KubeClient:
 
     # ---- verbs -----------------------------------------------------------------------
 
-    async def create(self, kind: Kind, namespace: str, body: Mapping[str, Any]) -> Any:
-        """Create an object; repeating is safe because the caller adopts on AlreadyExists."""
+    async def create(
+        self, kind: Kind, namespace: str, body: Mapping[str, Any], *, answer: bool = True
+    ) -> Any:
+        """Create an object and return it (None unless ``answer``: skip decoding the echo).
+
+        Repeating is safe because the caller adopts on AlreadyExists.
+        """
         name = body["metadata"]["name"]
         what = f'create {kind.plural} "{name}" in namespace "{namespace}"'
         return await self.request(
-            "POST", kind.path(namespace), body=body, what=what, kind=kind, verb="create"
+            "POST",
+            kind.path(namespace),
+            body=body,
+            what=what,
+            kind=kind,
+            verb="create",
+            answer=answer,
         )
 
     async def get(self, kind: Kind, namespace: str, name: str) -> Any:
@@ -167,7 +178,13 @@ class KubeClient:
         )
 
     async def merge_patch(
-        self, kind: Kind, namespace: str, name: str, patch: Mapping[str, Any]
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        answer: bool = True,
     ) -> Any:
         """Merge-patch an object; callers send absolute values only, so a repeat is harmless."""
         what = f'patch {kind.plural} "{name}" in namespace "{namespace}"'
@@ -179,6 +196,7 @@ class KubeClient:
             kind=kind,
             verb="patch",
             content_type="application/merge-patch+json",
+            answer=answer,
         )
 
     async def delete(self, kind: Kind, namespace: str, name: str, *, propagation: str) -> Any:
@@ -241,8 +259,13 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         raw: bool = False,
+        answer: bool = True,
     ) -> Any:
-        """Send one request (with retries) and return its JSON body, or text when ``raw``."""
+        """Send one request (with retries) and return its JSON body, or text when ``raw``.
+
+        With ``answer=False`` the body is read but not decoded and None is returned: on the
+        submit path, decoding the server's echo of every ConfigMap costs more than sending it.
+        """
         response = await self._send(
             method,
             path,
@@ -255,6 +278,8 @@ class KubeClient:
         )
         async with response:
             data = await response.read()
+        if not answer:
+            return None
         if raw:
             return data.decode("utf-8", "replace")
         return json.loads(data) if data else {}
