@@ -122,7 +122,7 @@ async def test_backoff_retries_then_fails(cluster: FakeCluster, tmp_path: Path) 
     async with session(cluster, tmp_path) as s:
         result = await (await s.submit(step("r", annotations=notes, retries=1))).wait(15)
     assert (result.state, result.reason, result.exit_code) == (StepState.FAILED, "ExitCode", 2)
-    assert "BackoffLimitExceeded" in result.message
+    assert result.message == "the script exited with code 2, after 2 attempts"
     assert len(result.pods) == 2
 
 
