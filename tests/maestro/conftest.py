@@ -1,9 +1,11 @@
 """Fixtures for the Maestro adapter tests: a fake cluster, and maestrowf as installed.
 
 ``maestro_env`` simulates ``pip install k8sjobs``: it puts the shipped
-``k8sjobs-maestro.pth`` in a user site directory (PYTHONUSERBASE), which Python processes
-like site-packages, so a plain ``maestro`` subprocess finds ``type: kubernetes`` exactly
-as it would after an install.
+``k8sjobs-maestro.pth`` in a directory that a ``sitecustomize`` module (found through
+PYTHONPATH) adds as a site directory, so Python processes the .pth as it does in
+site-packages and a plain ``maestro`` subprocess finds ``type: kubernetes`` exactly as it
+would after an install. (A user site directory would be simpler, but a virtual environment
+ignores it.)
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sysconfig
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -25,23 +26,23 @@ PTH = Path(__file__).parents[2] / "k8sjobs" / "k8sjobs-maestro.pth"
 FAST = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=2.0)
 
 
-def user_site(base: Path) -> Path:
-    """Return the site-packages directory Python uses for PYTHONUSERBASE=``base``."""
-    scheme = f"{os.name}_user"
-    return Path(sysconfig.get_path("purelib", scheme, vars={"userbase": str(base)}))
+def install_pth(base: Path) -> dict[str, str]:
+    """Return an environment whose Python processes the shipped .pth as if installed."""
+    site = base / "site"
+    site.mkdir(parents=True)
+    (site / PTH.name).write_text(PTH.read_text())
+    hook = base / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site)!r})\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
+    return env
 
 
 @pytest.fixture
 def maestro_env(tmp_path: Path) -> dict[str, str]:
     """Return an environment in which maestrowf finds the adapter through the .pth file."""
-    base = tmp_path / "userbase"
-    site = user_site(base)
-    site.mkdir(parents=True)
-    (site / PTH.name).write_text(PTH.read_text())
-    env = dict(os.environ)
-    env["PYTHONUSERBASE"] = str(base)
-    env.pop("PYTHONNOUSERSITE", None)
-    return env
+    return install_pth(tmp_path / "install")
 
 
 async def _cluster(kubelet: str, tmp_path: Path) -> AsyncIterator[FakeCluster]:
