@@ -1,4 +1,5 @@
 """Read every shard's part.csv and write the count and mean of the squared values."""
+
 import glob
 import os
 

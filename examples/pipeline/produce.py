@@ -1,4 +1,5 @@
 """Write 3,000 reproducible samples, one "index,value" line each."""
+
 import os
 import random
 
