@@ -37,6 +37,8 @@ from typing import Any, Literal
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+from ._tls import make_certificates
+
 __all__ = [
     "REGISTRY_BINARY",
     "Fault",
@@ -195,56 +197,8 @@ def _openssl(*args: str) -> None:
 
 def _make_tls(workdir: Path) -> tuple[str, str, str]:
     """Make a throw-away CA and a server certificate for 127.0.0.1; return (ca, cert, key)."""
-    d = workdir / "tls"
-    d.mkdir()
-    ca_key, ca_crt = d / "ca.key", d / "ca.crt"
-    key, csr, crt, ext = d / "server.key", d / "server.csr", d / "server.crt", d / "san.ext"
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca_crt),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=k8sjobs test CA",
-    )
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        "/CN=127.0.0.1",
-    )
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca_crt),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-out",
-        str(crt),
-        "-days",
-        "2",
-        "-extfile",
-        str(ext),
-    )
-    return str(ca_crt), str(crt), str(key)
+    ca, cert, key = make_certificates(workdir / "tls")
+    return str(ca), str(cert), str(key)
 
 
 def _make_signing_key(workdir: Path) -> tuple[Path, Path]:
