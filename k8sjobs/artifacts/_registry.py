@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -11,19 +12,23 @@ from types import TracebackType
 from urllib.parse import quote, urlencode, urljoin
 
 import aiohttp
+import anyio
 import anyio.to_thread
 
 from . import _media, _transfer
 from ._auth import Credentials
 from ._digest import DigestCache
-from ._http import RetryPolicy, Timeouts, Transport, with_retries
+from ._http import RetryPolicy, TakenBody, Timeouts, Transport, take_body, with_retries
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
-from ._streams import ArchivePipe, HashingReader, OrderedWorker, VerifyingWriter
+from ._streams import ArchivePipe, HashingReader, OrderedWorker, SocketDrain, VerifyingWriter
 from ._tarball import ArchiveInfo, Compression
 from .errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 
 READ_CHUNK = 2 * 1024 * 1024
+# Bodies at least this large are received on threads (see take_body); smaller ones are not
+# worth the extra threads.
+TAKE_OVER_FROM = 4 * 1024 * 1024
 
 
 class Registry:
@@ -400,7 +405,15 @@ class Registry:
             try:
                 resp = await self._send("GET", ref, url, what, scope=self._scope(ref))
                 async with resp:
-                    await self._drain_into(resp, writer, lambda n: self._count(got, received, n))
+                    count = functools.partial(self._count, got, received)
+                    taken = take_body(resp, TAKE_OVER_FROM)
+                    if taken is None:
+                        await self._drain_into(resp, writer, count)
+                    else:
+                        try:
+                            await self._drain_socket(taken, writer, count)
+                        finally:
+                            resp.close()
                 await anyio.to_thread.run_sync(writer.finish)
             except BaseException:
                 await anyio.to_thread.run_sync(writer.abort)
@@ -413,37 +426,57 @@ class Registry:
         got.append(n)
         received(n)
 
+    async def _drain_socket(
+        self, taken: TakenBody, writer: VerifyingWriter, received: _transfer.BytesCallback
+    ) -> None:
+        """Receive the rest of a body taken from aiohttp on threads (SocketDrain)."""
+        loop = asyncio.get_running_loop()
+        writer.write(taken.head)
+        received(len(taken.head))
+        drain = SocketDrain(
+            taken.sock,
+            taken.remaining,
+            writer,
+            lambda n: loop.call_soon_threadsafe(received, n),
+            self._transport.timeouts.read,
+        )
+        running = loop.run_in_executor(None, drain.run)
+        try:
+            await asyncio.shield(running)
+        finally:
+            drain.stop()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([running])
+
     @staticmethod
     async def _drain_into(
         resp: aiohttp.ClientResponse, writer: VerifyingWriter, received: _transfer.BytesCallback
     ) -> None:
-        """Copy a response body into ``writer``: hashing and writing each run on a thread of
-        their own while the event loop reads the next chunk from the socket."""
-        hashing, storing = OrderedWorker(), OrderedWorker()
-        pieces: list[bytes] = []
+        """Copy a response body into ``writer``. The pieces arrive as the socket gave them and
+        go in batches, never joined, to one thread that hashes and writes them (both release
+        the GIL) while the event loop reads on: two copies in all, as for curl."""
+        worker = OrderedWorker()
+        batch: list[bytes] = []
         buffered = 0
-
-        async def flush() -> None:
-            nonlocal pieces, buffered
-            chunk = b"".join(pieces)
-            writer.count(len(chunk))
-            await hashing.submit(writer.hash, chunk)
-            await storing.submit(writer.store, chunk)
-            received(len(chunk))
-            pieces, buffered = [], 0
-
         try:
-            async for piece in resp.content.iter_chunked(READ_CHUNK):
-                pieces.append(piece)
-                buffered += len(piece)
+            while True:
+                piece, chunk_end = await resp.content.readchunk()
+                if piece:
+                    batch.append(piece)
+                    buffered += len(piece)
+                elif not chunk_end:
+                    break  # end of the body
                 if buffered >= READ_CHUNK:
-                    await flush()
-            await flush()
-            await hashing.drain()
-            await storing.drain()
+                    writer.count(buffered)
+                    await worker.submit(writer.take, batch)
+                    received(buffered)
+                    batch, buffered = [], 0
+            writer.count(buffered)
+            await worker.submit(writer.take, batch)
+            received(buffered)
+            await worker.drain()
         finally:
-            await hashing.close()
-            await storing.close()
+            await worker.close()
 
     # -- ArtifactStore ------------------------------------------------------------------
 
