@@ -349,11 +349,25 @@ def _check_acyclic(
 
 @dataclass
 class StepRecord:
-    """What the runner knows of one step: its latest result and when it was queued."""
+    """What the runner knows of one step: its latest result, and when the runner saw it
+    queued, start running and end (sub-second, where the API's stamps are whole seconds)."""
 
     result: StepResult
     queued_at: datetime | None = None
+    running_at: datetime | None = None
+    ended_at: datetime | None = None
     backend: str | None = None
+
+    def observe(self, result: StepResult) -> None:
+        """Take a newer result, noting when it was first seen running and ended."""
+        now = datetime.now().astimezone()
+        if result.state is StepState.RUNNING and self.running_at is None:
+            self.running_at = now
+        if result.state.terminal and self.ended_at is None:
+            self.ended_at = now
+            if self.running_at is None and result.started_at is not None:
+                self.running_at = now  # it ran between two observations: a sliver
+        self.result = result
 
 
 class StudyRun:
@@ -454,7 +468,7 @@ class StudyRun:
 
     def _forward(self, handle: StepHandle) -> None:
         record = self.records[handle.name]
-        record.result = handle.result
+        record.observe(handle.result)
         if self._on_change:
             self._on_change(record)
 
@@ -463,7 +477,7 @@ class StudyRun:
 
     def _set(self, name: str, **changes: Any) -> None:
         record = self.records[name]
-        record.result = record.result.evolve(**changes)
+        record.observe(record.result.evolve(**changes))
         if self._on_change:
             self._on_change(record)
 
@@ -497,8 +511,8 @@ def _record_json(record: StepRecord) -> dict[str, Any]:
         "exit_code": r.exit_code,
         "backend": record.backend,
         "queued": stamp(record.queued_at),
-        "started": stamp(r.started_at),
-        "finished": stamp(r.finished_at),
+        "started": stamp(record.running_at or r.started_at),
+        "finished": stamp(record.ended_at if record.running_at else None),
         "outputs": dict(r.outputs),
     }
 
