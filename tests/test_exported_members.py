@@ -1,0 +1,24 @@
+"""The public API is exactly what ``k8sjobs.__all__`` says (the httpx habit)."""
+
+from __future__ import annotations
+
+import k8sjobs
+
+
+def test_all_names_exist_and_are_sorted() -> None:
+    names = k8sjobs.__all__
+    assert len(names) == len(set(names))
+    assert all(hasattr(k8sjobs, name) for name in names)
+    capitalised = [n for n in names if n[0].isupper()]
+    assert capitalised == sorted(capitalised)
+
+
+def test_every_public_object_of_the_package_is_exported() -> None:
+    public = {
+        name
+        for name, value in vars(k8sjobs).items()
+        if not name.startswith("_")
+        and getattr(value, "__module__", "").startswith("k8sjobs")
+        and callable(value)
+    }
+    assert public == set(k8sjobs.__all__)
