@@ -27,7 +27,7 @@ from . import _media, _transfer
 from ._digest import DigestCache
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
-from ._streams import VerifyingWriter
+from ._streams import BlobSink, SinkFactory
 from ._tarball import ArchiveInfo, Compression
 from .errors import ArtifactNotFound, DigestMismatch, InvalidReference
 
@@ -142,12 +142,12 @@ class OCILayout:
         return digest
 
     def _copy_verified(
-        self, desc: Descriptor, dest: Path, received: _transfer.BytesCallback, where: str
-    ) -> None:
+        self, desc: Descriptor, sink: SinkFactory, received: _transfer.BytesCallback, where: str
+    ) -> BlobSink:
         source = self._blob_path(desc.digest)
         if not source.exists():
             raise ArtifactNotFound(f"{where}: blob {desc.digest} is missing from {self.root}.")
-        writer = VerifyingWriter(dest, desc.digest, desc.size, where)
+        writer = sink(where)
         try:
             with source.open("rb") as src:
                 while chunk := src.read(_COPY_CHUNK):
@@ -157,6 +157,7 @@ class OCILayout:
         except BaseException:
             writer.abort()
             raise
+        return writer
 
     # -- addressing ---------------------------------------------------------------------
 
@@ -264,11 +265,15 @@ class OCILayout:
         return await anyio.to_thread.run_sync(read)
 
     async def fetch_blob(
-        self, ref: Reference, desc: Descriptor, dest: Path, received: _transfer.BytesCallback
-    ) -> None:
-        """Copy a blob to ``dest``, verifying size and digest."""
+        self,
+        ref: Reference,
+        desc: Descriptor,
+        sink: SinkFactory,
+        received: _transfer.BytesCallback,
+    ) -> BlobSink:
+        """Copy a blob into a sink, which verifies size and digest; return the sink."""
         where = f"Reading {desc.title or desc.digest} of {ref}"
-        await anyio.to_thread.run_sync(self._copy_verified, desc, dest, received, where)
+        return await anyio.to_thread.run_sync(self._copy_verified, desc, sink, received, where)
 
     # -- ArtifactStore ------------------------------------------------------------------
 

@@ -21,7 +21,15 @@ from ._digest import DigestCache
 from ._http import RetryPolicy, TakenBody, Timeouts, Transport, take_body, with_retries
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
-from ._streams import ArchivePipe, HashingReader, OrderedWorker, SocketDrain, VerifyingWriter
+from ._streams import (
+    ArchivePipe,
+    BlobSink,
+    HashingReader,
+    OrderedWorker,
+    SinkFactory,
+    SocketDrain,
+    VerifyingWriter,
+)
 from ._tarball import ArchiveInfo, Compression
 from .errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 
@@ -389,19 +397,22 @@ class Registry:
         return data, resp.headers.get("Content-Type", _media.MANIFEST), digest
 
     async def fetch_blob(
-        self, ref: Reference, desc: Descriptor, dest: Path, received: _transfer.BytesCallback
-    ) -> None:
-        """Stream a blob into ``dest``, verifying its size and digest; retried from scratch."""
+        self,
+        ref: Reference,
+        desc: Descriptor,
+        sink: SinkFactory,
+        received: _transfer.BytesCallback,
+    ) -> BlobSink:
+        """Stream a blob into a fresh sink per attempt, which verifies its size and digest;
+        return the sink that succeeded. Retried from scratch."""
         what = f"Fetching {desc.title or desc.digest} of {ref}"
         url = self._url(ref, f"blobs/{desc.digest}")
         got: list[int] = []
 
-        async def attempt() -> None:
+        async def attempt() -> BlobSink:
             received(-sum(got))  # a restarted download reports its bytes again
             got.clear()
-            writer = await anyio.to_thread.run_sync(
-                VerifyingWriter, dest, desc.digest, desc.size, what
-            )
+            writer = await anyio.to_thread.run_sync(sink, what)
             try:
                 resp = await self._send("GET", ref, url, what, scope=self._scope(ref))
                 async with resp:
@@ -416,10 +427,12 @@ class Registry:
                             resp.close()
                 await anyio.to_thread.run_sync(writer.finish)
             except BaseException:
-                await anyio.to_thread.run_sync(writer.abort)
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(writer.abort)
                 raise
+            return writer
 
-        await with_retries(attempt, self._transport.retry, what)
+        return await with_retries(attempt, self._transport.retry, what)
 
     @staticmethod
     def _count(got: list[int], received: _transfer.BytesCallback, n: int) -> None:
@@ -427,7 +440,7 @@ class Registry:
         received(n)
 
     async def _drain_socket(
-        self, taken: TakenBody, writer: VerifyingWriter, received: _transfer.BytesCallback
+        self, taken: TakenBody, writer: BlobSink, received: _transfer.BytesCallback
     ) -> None:
         """Receive the rest of a body taken from aiohttp on threads (SocketDrain)."""
         loop = asyncio.get_running_loop()
@@ -450,7 +463,7 @@ class Registry:
 
     @staticmethod
     async def _drain_into(
-        resp: aiohttp.ClientResponse, writer: VerifyingWriter, received: _transfer.BytesCallback
+        resp: aiohttp.ClientResponse, writer: BlobSink, received: _transfer.BytesCallback
     ) -> None:
         """Copy a response body into ``writer``. The pieces arrive as the socket gave them and
         go in batches, never joined, to one thread that hashes and writes them (both release
@@ -589,7 +602,8 @@ class Registry:
     async def _copy_blob(self, src: Reference, dst: Reference, desc: Descriptor) -> None:
         with tempfile.TemporaryDirectory(prefix="k8sjobs-copy-") as tmp:
             path = Path(tmp) / "blob"
-            await self.fetch_blob(src, desc, path, lambda n: None)
+            sink = VerifyingWriter.factory(path, desc.digest, desc.size)
+            await self.fetch_blob(src, desc, sink, lambda n: None)
             await self.put_blob(dst, path, (desc.digest, desc.size), lambda n: None)
 
 

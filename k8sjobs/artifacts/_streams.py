@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+from . import _tarball
 from .errors import DigestMismatch, RegistryError
 
 T = TypeVar("T")
@@ -54,15 +55,12 @@ class HashingReader:
         return "sha256:" + self.hasher.hexdigest()
 
 
-class VerifyingWriter:
-    """Writes a blob to a file while hashing it, refusing more bytes than announced."""
+class BlobSink:
+    """Where a fetched blob goes, verified: ``count`` each piece as it arrives (raising past
+    the announced size), ``take`` it (hash, then ``store``, in a worker thread), and
+    ``finish`` (DigestMismatch unless size and digest both match) or ``abort``."""
 
-    def __init__(self, path: Path, digest: str, size: int, where: str) -> None:
-        # Not O_TRUNC: on ext4, truncating (even an empty file) makes close() flush the whole
-        # file to disk (auto_da_alloc), which cost 0.3 s per GiB. Only a retry finds data.
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o600)
-        if os.fstat(self._fd).st_size:
-            os.ftruncate(self._fd, 0)
+    def __init__(self, digest: str, size: int, where: str) -> None:
         self._hasher = hashlib.sha256()
         self.digest, self.size, self.where = digest, size, where
         self.written = 0
@@ -76,10 +74,13 @@ class VerifyingWriter:
             )
 
     def take(self, pieces: Sequence[Buffer]) -> None:
-        """Hash and store pieces already counted (in a worker thread: both release the GIL)."""
+        """Hash and store pieces already counted (hashing releases the GIL)."""
         for piece in pieces:
             self._hasher.update(piece)
-        write_all(self._fd, pieces)
+        self.store(pieces)
+
+    def store(self, pieces: Sequence[Buffer]) -> None:
+        raise NotImplementedError
 
     def write(self, chunk: bytes) -> None:
         """Count, hash and store a chunk (for callers without a pipeline)."""
@@ -87,8 +88,7 @@ class VerifyingWriter:
         self.take((chunk,))
 
     def finish(self) -> None:
-        """Close the file and raise DigestMismatch unless size and digest both match."""
-        self.abort()
+        """Raise DigestMismatch unless size and digest both match (the caller has closed)."""
         actual = "sha256:" + self._hasher.hexdigest()
         if self.written != self.size:
             raise DigestMismatch(
@@ -100,9 +100,78 @@ class VerifyingWriter:
             )
 
     def abort(self) -> None:
+        pass
+
+
+# Makes the sink for one attempt at a blob (called in a worker thread), given what it is.
+SinkFactory = Callable[[str], BlobSink]
+
+
+class VerifyingWriter(BlobSink):
+    """Writes a blob to a file while hashing it, refusing more bytes than announced."""
+
+    def __init__(self, path: Path, digest: str, size: int, where: str) -> None:
+        super().__init__(digest, size, where)
+        # Not O_TRUNC: on ext4, truncating (even an empty file) makes close() flush the whole
+        # file to disk (auto_da_alloc), which cost 0.3 s per GiB. Only a retry finds data.
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o600)
+        if os.fstat(self._fd).st_size:
+            os.ftruncate(self._fd, 0)
+
+    @classmethod
+    def factory(cls, path: Path, digest: str, size: int) -> SinkFactory:
+        """Return a SinkFactory writing to ``path``."""
+        return lambda where: cls(path, digest, size, where)
+
+    def store(self, pieces: Sequence[Buffer]) -> None:
+        write_all(self._fd, pieces)
+
+    def finish(self) -> None:
+        self.abort()
+        super().finish()
+
+    def abort(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
+
+
+class VerifyingExtractor(BlobSink):
+    """Extracts a directory archive into ``staging`` while it arrives, on a thread of its
+    own, and verifies the archive's digest. The caller moves the extracted tree into place
+    only after ``finish`` (digest first, then the archive's safety) and otherwise discards
+    ``staging``: an unverified byte never reaches the target."""
+
+    def __init__(self, staging: Path, media_type: str, digest: str, size: int, where: str):
+        super().__init__(digest, size, where)
+        self._feed = _tarball.ChunkFeed()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8sjobs-extract")
+        self._extracting = self._pool.submit(
+            _tarball.extract_stream, self._feed, media_type, staging
+        )
+        self.tops: list[str] = []
+
+    def store(self, pieces: Sequence[Buffer]) -> None:
+        for piece in pieces:
+            # Received buffers are reused: copy views; bytes pass as they are.
+            self._feed.put(piece if isinstance(piece, bytes) else bytes(piece))
+
+    def finish(self) -> None:
+        self._feed.put(None)
+        try:
+            self.tops = self._extracting.result()
+        except BaseException as exc:
+            super().finish()  # a corrupt transfer is reported as such, before its effects
+            raise exc from None
+        finally:
+            self._pool.shutdown(wait=False)
+        super().finish()
+
+    def abort(self) -> None:
+        self._feed.cancel()
+        with contextlib.suppress(BaseException):
+            self._extracting.result()
+        self._pool.shutdown(wait=False)
 
 
 def write_all(fd: int, pieces: Sequence[Buffer]) -> None:
@@ -229,7 +298,7 @@ class SocketDrain:
         self,
         sock: socket.socket,
         remaining: int,
-        writer: VerifyingWriter,
+        writer: BlobSink,
         report: Callable[[int], object],
         timeout: float,
     ) -> None:

@@ -23,6 +23,7 @@ from . import _media, _tarball
 from ._digest import DigestCache
 from ._media import Descriptor, Manifest
 from ._reference import Reference
+from ._streams import BlobSink, SinkFactory, VerifyingExtractor, VerifyingWriter
 from .errors import RegistryError, UnsafeArchive
 
 
@@ -89,8 +90,8 @@ class BlobBackend(Protocol):
     async def get_manifest(self, ref: Reference) -> tuple[bytes, str, str]: ...
 
     async def fetch_blob(
-        self, ref: Reference, desc: Descriptor, dest: Path, received: BytesCallback
-    ) -> None: ...
+        self, ref: Reference, desc: Descriptor, sink: SinkFactory, received: BytesCallback
+    ) -> BlobSink: ...
 
 
 @dataclass
@@ -269,15 +270,36 @@ def _unlink_quietly(path: Path) -> None:
         path.unlink()
 
 
-def _install_archive(archive: Path, media_type: str, target: Path) -> list[Path]:
-    staging = Path(tempfile.mkdtemp(prefix=".k8sjobs-extract-", dir=target))
+def _install(staging: Path, tops: list[str], target: Path) -> list[Path]:
+    for name in tops:
+        _replace(staging / name, target / name)
+    return [target / name for name in tops]
+
+
+def _remove_all(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def _pull_archive(
+    backend: BlobBackend, ref: Reference, desc: Descriptor, target: Path, report: BytesCallback
+) -> list[Path]:
+    """Extract a directory layer while it downloads, into a staging directory per attempt;
+    move what it holds into ``target`` only once the digest and every member are checked."""
+    stagings: list[Path] = []
+
+    def sink(where: str) -> VerifyingExtractor:
+        staging = Path(tempfile.mkdtemp(prefix=".k8sjobs-extract-", dir=target))
+        stagings.append(staging)
+        return VerifyingExtractor(staging, desc.media_type, desc.digest, desc.size, where)
+
     try:
-        tops = _tarball.extract_archive(archive, media_type, staging)
-        for name in tops:
-            _replace(staging / name, target / name)
-        return [target / name for name in tops]
+        done = await backend.fetch_blob(ref, desc, sink, report)
+        assert isinstance(done, VerifyingExtractor)
+        return await anyio.to_thread.run_sync(_install, stagings[-1], done.tops, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_remove_all, stagings)
 
 
 async def _pull_layer(
@@ -289,17 +311,15 @@ async def _pull_layer(
 ) -> list[Path]:
     dest = _layer_destination(target, desc)
     await anyio.to_thread.run_sync(lambda: dest.parent.mkdir(parents=True, exist_ok=True))
+    report = _reporter(progress, desc.title or desc.digest, desc.size)
+    if desc.unpack:
+        return await _pull_archive(backend, ref, desc, dest.parent, report)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        await backend.fetch_blob(
-            ref, desc, tmp, _reporter(progress, desc.title or desc.digest, desc.size)
-        )
-        if desc.unpack:
-            return await anyio.to_thread.run_sync(
-                _install_archive, tmp, desc.media_type, dest.parent
-            )
+        sink = VerifyingWriter.factory(tmp, desc.digest, desc.size)
+        await backend.fetch_blob(ref, desc, sink, report)
         # mkstemp makes the file private; a pulled file should read like any other.
         await anyio.to_thread.run_sync(os.chmod, tmp, 0o644)
         await anyio.to_thread.run_sync(_replace, tmp, dest)

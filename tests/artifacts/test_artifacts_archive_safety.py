@@ -47,6 +47,15 @@ HOSTILE: dict[str, list[Member]] = {
     ],
     "hardlink_escape": [_special("data/passwd", tarfile.LNKTYPE, "../outside.txt")],
     "hardlink_absolute": [_special("data/passwd", tarfile.LNKTYPE, "/etc/passwd")],
+    "symlink_up_through_a_symlink": [
+        _special("data/here", tarfile.SYMTYPE, "."),
+        _special("data/up", tarfile.SYMTYPE, "here/../.."),
+    ],
+    "write_through_hardlinked_symlink": [
+        _special("data/inner", tarfile.SYMTYPE, "sub"),
+        _special("data/again", tarfile.LNKTYPE, "data/inner"),
+        _file("data/again/evil.txt"),
+    ],
     "char_device": [_special("data/null", tarfile.CHRTYPE)],
     "block_device": [_special("data/sda", tarfile.BLKTYPE)],
     "fifo": [_special("data/pipe", tarfile.FIFOTYPE)],

@@ -16,6 +16,7 @@ from k8sjobs.artifacts import DigestMismatch, Registry, RegistryUnavailable, Tim
 from k8sjobs.artifacts._media import Descriptor
 from k8sjobs.artifacts._reference import Reference
 from k8sjobs.artifacts._registry import TAKE_OVER_FROM
+from k8sjobs.artifacts._streams import VerifyingWriter
 from k8sjobs.testing.registry import RegistryServer
 
 BODY = os.urandom(TAKE_OVER_FROM + 3 * 1024 * 1024 + 17)
@@ -69,7 +70,8 @@ async def _fetch(location: str, dest: Path, digest: str = DIGEST) -> list[int]:
     store = Registry(location, plain_http=True, retry=FAST_RETRY, timeouts=Timeouts(read=1))
     async with store:
         desc = Descriptor("application/octet-stream", digest, len(BODY))
-        await store.fetch_blob(Reference("t/blob", "v", None, location), desc, dest, seen.append)
+        sink = VerifyingWriter.factory(dest, digest, len(BODY))
+        await store.fetch_blob(Reference("t/blob", "v", None, location), desc, sink, seen.append)
     return seen
 
 
@@ -128,3 +130,18 @@ async def test_large_file_round_trips_through_the_registry(
         await store.push("socket/big:v1", [data])
         await store.pull("socket/big:v1", tmp_path / "out")
     assert (tmp_path / "out" / "big.bin").read_bytes() == BODY
+
+
+async def test_large_directory_is_extracted_while_it_downloads(
+    plain_registry: RegistryServer, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "big.bin").write_bytes(BODY)
+    (tree / "small.txt").write_text("small\n")
+    async with Registry(plain_registry.location, plain_http=True) as store:
+        await store.push("socket/dir:v1", [tree], compression="none")
+        await store.pull("socket/dir:v1", tmp_path / "out")
+    assert (tmp_path / "out" / "tree" / "sub" / "big.bin").read_bytes() == BODY
+    assert (tmp_path / "out" / "tree" / "small.txt").read_text() == "small\n"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["tree"]
