@@ -331,7 +331,9 @@ class Registry:
         return await with_retries(attempt, self._transport.retry, what)
 
     @staticmethod
-    async def _pipe_body(pipe: ArchivePipe, sent: _transfer.BytesCallback) -> AsyncIterator[bytes]:
+    async def _pipe_body(
+        pipe: ArchivePipe, sent: _transfer.BytesCallback
+    ) -> AsyncIterator[bytearray]:
         loop = asyncio.get_running_loop()
         while (chunk := await loop.run_in_executor(None, pipe.get)) is not None:
             sent(len(chunk))

@@ -228,7 +228,7 @@ class ArchivePipe:
     """
 
     def __init__(self, chunk: int = 1024 * 1024, depth: int = 4) -> None:
-        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=depth)
+        self._queue: queue.Queue[bytearray | BaseException | None] = queue.Queue(maxsize=depth)
         self._buffer = bytearray()
         self._chunk = chunk
         self._cancelled = threading.Event()
@@ -236,14 +236,15 @@ class ArchivePipe:
     def write(self, data: bytes, /) -> int:
         self._buffer += data
         if len(self._buffer) >= self._chunk:
-            self._put(bytes(self._buffer))
-            self._buffer.clear()
+            # Handed over whole, not copied: a fresh buffer takes its place.
+            self._put(self._buffer)
+            self._buffer = bytearray()
         return len(data)
 
     def flush(self) -> None:
         pass
 
-    def _put(self, item: bytes | BaseException | None) -> None:
+    def _put(self, item: bytearray | BaseException | None) -> None:
         while not self._cancelled.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
@@ -257,7 +258,7 @@ class ArchivePipe:
         try:
             result = produce(self)
             if self._buffer:
-                self._put(bytes(self._buffer))
+                self._put(self._buffer)
             self._put(None)
             return result
         except BaseException as exc:
@@ -265,7 +266,7 @@ class ArchivePipe:
                 self._put(exc)
             raise
 
-    def get(self) -> bytes | None:
+    def get(self) -> bytearray | None:
         """Return the next chunk, or None at the end (blocking: call from a worker thread)."""
         while not self._cancelled.is_set():
             try:

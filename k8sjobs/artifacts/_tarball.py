@@ -28,7 +28,8 @@ from .errors import RegistryError, UnsafeArchive
 
 Compression = Literal["none", "gzip", "zstd"]
 _COPY_BUFFER = 1024 * 1024
-_SAMPLE_FILES, _SAMPLE_BYTES = 8, 64 * 1024
+# Enough to tell compressible data from random, and quick: the push waits for this.
+_SAMPLE_FILES, _SAMPLE_BYTES = 8, 16 * 1024
 _ALLOWED_TYPES = {
     tarfile.REGTYPE,
     tarfile.AREGTYPE,
@@ -203,6 +204,7 @@ def _head(path: Path) -> bytes:
 def write_archive(root: Path, out: Writable, compression: Compression, level: int) -> ArchiveInfo:
     """Write ``root`` as a deterministic archive to ``out``; return its digests and size."""
     blob = _HashingWriter(out)
+    inodes: dict[tuple[int, int], str] = {}
     compressor: Any
     if compression == "gzip" and level == 0:
         compressor = StoredGzip(blob)
@@ -214,28 +216,66 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
         compressor = _zstandard().ZstdCompressor(level=level).stream_writer(blob, closefd=False)
     else:
         compressor = blob
-    tar_stream = _HashingWriter(compressor)
-    # Mode "w" with a large copy buffer: the stream mode ("w|") re-slices a 10 KiB buffer
-    # on every write, which made archiving several times slower.
-    with tarfile.TarFile(
-        fileobj=tar_stream,  # type: ignore[arg-type]
-        mode="w",
-        format=tarfile.PAX_FORMAT,
-        copybufsize=_COPY_BUFFER,
-    ) as tar:
-        for path in walk_sorted(root):
-            arcname = path.relative_to(root.parent).as_posix()
-            if is_special(path):
-                raise RegistryError(f"Cannot archive {path}: it is a device, fifo or socket.")
-            info = _normalise(tar.gettarinfo(str(path), arcname))
-            if info.isreg():
-                with path.open("rb") as f:
-                    tar.addfile(info, f)
-            else:
-                tar.addfile(info)
+    # Uncompressed, the blob is the tar: one hash serves both digests.
+    tar_stream = blob if compressor is blob else _HashingWriter(compressor)
+    for path in walk_sorted(root):
+        _write_member(tar_stream, path, path.relative_to(root.parent).as_posix(), inodes)
+    tar_stream.write(_END)  # two zero blocks, then zeros to a whole record, as tarfile does
+    tar_stream.write(bytes(-tar_stream.size % tarfile.RECORDSIZE))
     if compressor is not blob:
         compressor.close()
     return ArchiveInfo(blob.digest, blob.size, tar_stream.digest)
+
+
+_END = bytes(2 * tarfile.BLOCKSIZE)
+_KINDS = {
+    stat.S_IFREG: tarfile.REGTYPE,
+    stat.S_IFDIR: tarfile.DIRTYPE,
+    stat.S_IFLNK: tarfile.SYMTYPE,
+}
+
+
+def _write_member(
+    out: _HashingWriter, path: Path, arcname: str, inodes: dict[tuple[int, int], str]
+) -> None:
+    """Write one tar member as tarfile.addfile would (PAX, owners dropped, whole-second
+    mtime), reading a file's bytes in large pieces straight into ``out``.
+
+    The header comes from one lstat, without tarfile.gettarinfo's user and group name
+    look-ups; a file seen before under another name (a hard link) becomes a link member.
+    """
+    st = os.lstat(path)
+    kind = _KINDS.get(stat.S_IFMT(st.st_mode))
+    if kind is None:
+        raise RegistryError(f"Cannot archive {path}: it is a device, fifo or socket.")
+    info = tarfile.TarInfo(arcname)
+    info.mode, info.mtime, info.type = stat.S_IMODE(st.st_mode), int(st.st_mtime), kind
+    if kind == tarfile.SYMTYPE:
+        info.linkname = os.readlink(path)
+    elif kind == tarfile.REGTYPE and st.st_nlink > 1:
+        first = inodes.setdefault((st.st_ino, st.st_dev), arcname)
+        if first != arcname:
+            info.type, info.linkname = tarfile.LNKTYPE, first
+    if info.type == tarfile.REGTYPE:
+        info.size = st.st_size
+    out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+    if info.size:
+        _copy_file(path, info.size, out)
+        out.write(bytes(-info.size % tarfile.BLOCKSIZE))
+
+
+def _copy_file(path: Path, size: int, out: _HashingWriter) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        left = size
+        while left:
+            chunk = os.read(fd, min(left, _COPY_BUFFER))
+            if not chunk:
+                raise RegistryError(f"Cannot archive {path}: it shrank while it was read.")
+            out.write(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
 
 
 def _open_read(path: Path, media_type: str) -> tarfile.TarFile:
