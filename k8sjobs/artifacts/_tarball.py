@@ -139,13 +139,25 @@ class StoredGzip:
 
 def walk_sorted(root: Path) -> list[Path]:
     """Return every path below ``root`` (inclusive), in a stable order; symlinks not followed."""
-    out = [root]
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        base = Path(dirpath)
-        out.extend(base / name for name in sorted(filenames))
-        out.extend(base / name for name in dirnames)
-    return sorted(out, key=lambda p: p.relative_to(root.parent).as_posix())
+    return [Path(path) for _, path in _walk(root)]
+
+
+def _walk(root: Path) -> list[tuple[str, str]]:
+    """Return (name in the archive, path) of every entry below ``root`` (inclusive), sorted
+    by that name; symlinks are listed, not followed. Strings, not Paths: this runs once per
+    entry on every push, and pathlib made it several times slower."""
+    out = [(root.name, str(root))]
+    pending = [(str(root), root.name)]
+    while pending:
+        directory, name = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                inner = f"{name}/{entry.name}"
+                out.append((inner, entry.path))
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, inner))
+    out.sort()
+    return out
 
 
 def fingerprint(root: Path, compression: Compression, level: int | None) -> str | None:
@@ -156,12 +168,13 @@ def fingerprint(root: Path, compression: Compression, level: int | None) -> str 
     """
     recent = time.time_ns() - 1_000_000_000
     hasher = hashlib.sha256(f"{os.path.realpath(root)}\0{compression}\0{level}".encode())
-    for path in walk_sorted(root):
-        st = path.lstat()
+    skip = len(root.name) + 1
+    for name, path in _walk(root):
+        st = os.lstat(path)
         if st.st_mtime_ns >= recent:
             return None
         hasher.update(
-            f"{path.relative_to(root)}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
+            f"{name[skip:] or '.'}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
             f"\0{st.st_ino}\n".encode()
         )
     return "dir:" + hasher.hexdigest()
@@ -187,7 +200,7 @@ def choose_level(root: Path, compression: Compression, level: int | None) -> int
         return level
     if compression != "gzip":
         return 3
-    files = [p for p in walk_sorted(root) if p.is_file() and not p.is_symlink()]
+    files = [Path(p) for _, p in _walk(root) if stat.S_ISREG(os.lstat(p).st_mode)]
     sample = b"".join(
         _head(p) for p in files[:: max(1, len(files) // _SAMPLE_FILES)][:_SAMPLE_FILES]
     )
@@ -218,8 +231,8 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
         compressor = blob
     # Uncompressed, the blob is the tar: one hash serves both digests.
     tar_stream = blob if compressor is blob else _HashingWriter(compressor)
-    for path in walk_sorted(root):
-        _write_member(tar_stream, path, path.relative_to(root.parent).as_posix(), inodes)
+    for name, path in _walk(root):
+        _write_member(tar_stream, path, name, inodes)
     tar_stream.write(_END)  # two zero blocks, then zeros to a whole record, as tarfile does
     tar_stream.write(bytes(-tar_stream.size % tarfile.RECORDSIZE))
     if compressor is not blob:
@@ -236,7 +249,7 @@ _KINDS = {
 
 
 def _write_member(
-    out: _HashingWriter, path: Path, arcname: str, inodes: dict[tuple[int, int], str]
+    out: _HashingWriter, path: str, arcname: str, inodes: dict[tuple[int, int], str]
 ) -> None:
     """Write one tar member as tarfile.addfile would (PAX, owners dropped, whole-second
     mtime), reading a file's bytes in large pieces straight into ``out``.
@@ -264,7 +277,7 @@ def _write_member(
         out.write(bytes(-info.size % tarfile.BLOCKSIZE))
 
 
-def _copy_file(path: Path, size: int, out: _HashingWriter) -> None:
+def _copy_file(path: str, size: int, out: _HashingWriter) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         left = size
