@@ -361,6 +361,8 @@ def take_body(resp: aiohttp.ClientResponse, minimum: int) -> TakenBody | None:
     raw = transport.get_extra_info("socket")
     if raw is None or raw.family not in (socket.AF_INET, socket.AF_INET6):
         return None
+    if resp.content.is_eof() or resp.content.exception() is not None:
+        return None  # all there already (or failed): nothing to take over
     head = resp.content.read_nowait()
     protocol.pause_reading()
     sock = socket.socket(fileno=os.dup(raw.fileno()))
