@@ -19,7 +19,6 @@ import tarfile
 import threading
 import time
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -490,19 +489,6 @@ class _ForwardReader:
                 break
         return self._pos
 
-    def views(self, size: int) -> list[memoryview]:
-        """Return the next ``size`` bytes as views of the decoded pieces (no copy)."""
-        out: list[memoryview] = []
-        while size > 0:
-            if self._at >= len(self._chunk) and not self._more():
-                raise EOFError("the archive ended inside a file")
-            view = memoryview(self._chunk)[self._at : self._at + size]
-            out.append(view)
-            self._at += len(view)
-            self._pos += len(view)
-            size -= len(view)
-        return out
-
     def copy_to(self, fd: int, size: int) -> None:
         """Write the next ``size`` bytes to ``fd``."""
         while size > 0:
@@ -542,58 +528,6 @@ def extract_stream(feed: ChunkFeed, media_type: str, target: Path) -> list[str]:
         feed.discard()
 
 
-class _ParallelFiles:
-    """Writes small files on a few threads: creating a file costs this disk far more than
-    writing 64 KiB into it, and creations in parallel overlap. At most ``depth`` files wait,
-    so memory stays bounded; ``wait`` is the barrier before anything that needs them done
-    (a link to one, a second member of the same name, the end)."""
-
-    def __init__(self, threads: int = 4, depth: int = 16) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="k8sjobs-write")
-        self._slots = threading.BoundedSemaphore(depth)
-        self._pending: list[Future[None]] = []
-        self._failure: BaseException | None = None
-
-    def submit(self, path: str, name: str, mode: int, mtime: int, data: list[memoryview]) -> None:
-        self._raise()
-        self._slots.acquire()
-        self._pending.append(self._pool.submit(self._write, path, name, mode, mtime, data))
-
-    def _write(self, path: str, name: str, mode: int, mtime: int, data: list[memoryview]) -> None:
-        try:
-            fd = _create(path, name, mode)
-            try:
-                for view in data:
-                    while view:
-                        view = view[os.write(fd, view) :]
-                _settle(fd, mode, mtime)
-            finally:
-                os.close(fd)
-        except BaseException as exc:
-            self._failure = self._failure or exc
-        finally:
-            self._slots.release()
-
-    def _raise(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-
-    def wait(self) -> None:
-        for future in self._pending:
-            future.result()
-        self._pending.clear()
-        self._raise()
-
-    def close(self) -> None:
-        """Let the writes under way finish (never leave one running), then stop."""
-        wait(self._pending)
-        self._pool.shutdown()
-
-
-# Files up to this size go to the parallel writers whole; larger ones stream in order.
-_PARALLEL_MAX = 1024 * 1024
-
-
 def _extract_members(reader: _ForwardReader, target: Path) -> list[str]:
     links: set[str] = set()
     seen: set[str] = set()
@@ -601,77 +535,49 @@ def _extract_members(reader: _ForwardReader, target: Path) -> list[str]:
     made: set[str] = {""}
     dirs: list[tuple[str, int]] = []
     base = str(target)
-    files = _ParallelFiles()
-    try:
-        with tarfile.TarFile(fileobj=reader, mode="r") as tar:  # type: ignore[arg-type]
-            for member in tar:
-                name = _inside(member.name)
-                if name in seen:
-                    files.wait()  # the earlier one must be written before it is replaced
-                _check_member(member, links, seen)
-                tops.add(name.split("/")[0])
-                if name == ".":
-                    continue
-                parent = posixpath.dirname(name)
-                if parent not in made:
-                    os.makedirs(os.path.join(base, parent), exist_ok=True)
-                    made.add(parent)
-                path = os.path.join(base, name)
-                if member.isreg() and member.size <= _PARALLEL_MAX:
-                    mode = _file_mode(member.mode)
-                    files.submit(
-                        path, member.name, mode, int(member.mtime), reader.views(member.size)
-                    )
-                elif member.isreg():
-                    files.wait()
-                    _write_file(path, member, reader)
-                elif member.isdir():
-                    if name not in made:
-                        with contextlib.suppress(FileExistsError):
-                            os.mkdir(path)
-                        made.add(name)
-                    dirs.append((path, int(member.mtime)))
-                else:
-                    files.wait()  # a hard link needs its target written
-                    tar.extract(member, base, filter="data")
-        files.wait()
-    finally:
-        files.close()
+    with tarfile.TarFile(fileobj=reader, mode="r") as tar:  # type: ignore[arg-type]
+        for member in tar:
+            _check_member(member, links, seen)
+            name = _inside(member.name)
+            tops.add(name.split("/")[0])
+            if name == ".":
+                continue
+            parent = posixpath.dirname(name)
+            if parent not in made:
+                os.makedirs(os.path.join(base, parent), exist_ok=True)
+                made.add(parent)
+            path = os.path.join(base, name)
+            if member.isreg():
+                _write_file(path, member, reader)
+            elif member.isdir():
+                if name not in made:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(path)
+                    made.add(name)
+                dirs.append((path, int(member.mtime)))
+            else:
+                tar.extract(member, base, filter="data")
     for path, mtime in reversed(dirs):  # after their contents, which change the mtime
         os.utime(path, (mtime, mtime), follow_symlinks=False)
     return sorted(tops - {"."})
 
 
-def _file_mode(mode: int) -> int:
-    """Return a file's mode as the stdlib "data" filter leaves it."""
-    mode &= 0o755
+def _write_file(path: str, member: tarfile.TarInfo, reader: _ForwardReader) -> None:
+    mode = member.mode & 0o755
     if not mode & 0o100:
         mode &= ~0o111
-    return mode | 0o600
-
-
-def _create(path: str, name: str, mode: int) -> int:
-    """Create a new file (never through a symlink) and return its descriptor."""
+    mode |= 0o600
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(path, flags, mode)
+        fd = os.open(path, flags, mode)
     except FileExistsError:  # a later member of the same name replaces the file
         if stat.S_ISDIR(os.lstat(path).st_mode):
-            raise UnsafeArchive(f'member "{name}" would replace a directory') from None
+            raise UnsafeArchive(f'member "{member.name}" would replace a directory') from None
         os.unlink(path)
-        return os.open(path, flags, mode)
-
-
-def _settle(fd: int, mode: int, mtime: int) -> None:
-    os.fchmod(fd, mode)  # exactly, whatever the umask, as tarfile does
-    os.utime(fd, (mtime, mtime))
-
-
-def _write_file(path: str, member: tarfile.TarInfo, reader: _ForwardReader) -> None:
-    mode = _file_mode(member.mode)
-    fd = _create(path, member.name, mode)
+        fd = os.open(path, flags, mode)
     try:
         reader.copy_to(fd, member.size)
-        _settle(fd, mode, int(member.mtime))
+        os.fchmod(fd, mode)
+        os.utime(fd, (member.mtime, member.mtime))
     finally:
         os.close(fd)
