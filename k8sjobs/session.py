@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .backend import Backend
-from .errors import SessionClosed, StudyError
+from .errors import SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
 from .names import job_name
 from .render import HANDOFF_IMAGE, Manifests, Target, render
@@ -209,8 +209,6 @@ class Session:
         if check:
             for result in results:
                 if not result.ok:
-                    from .errors import StepFailed
-
                     raise StepFailed(result.describe(), result)
         return results
 
@@ -259,7 +257,7 @@ class Session:
             return LocalBackend(**(self._options if kind == self._default_kind else {}))
         raise ValueError(f'backend "{kind}" is unknown; use "kubernetes" or "local"')
 
-    def _target(self, backend: Backend, step: Step) -> Target:
+    def _target(self, backend: Backend) -> Target:
         store = self.store or getattr(backend, "default_store", None)
         namespace = self._namespace or getattr(backend, "namespace", None) or "default"
         return Target(
@@ -292,7 +290,7 @@ class Session:
             return found, self._upstream(step, after)
         if found is not None:
             raise StudyError(f'Step "{step.name}" was already submitted in study "{self.study}"')
-        target = self._target(backend, step)
+        target = self._target(backend)
         handle = StepHandle(
             name=step.name,
             study=self.study,
@@ -315,7 +313,7 @@ class Session:
             outputs = self._handles[source.step].result.outputs
             if source.output in outputs:
                 pinned[key] = outputs[source.output]
-        return render(step, self._target(handle.backend, step), inputs=pinned)
+        return render(step, self._target(handle.backend), inputs=pinned)
 
     def _defer(self, handle: StepHandle, upstream: list[StepHandle], replace: bool) -> None:
         task = asyncio.create_task(self._submit_after(handle, upstream, replace))
@@ -327,7 +325,7 @@ class Session:
     ) -> None:
         failed = [r for r in [await h.wait() for h in upstream] if not r.ok]
         if failed:
-            names = "; ".join(r.describe() for r in failed)
+            names = ", ".join(f"{r.name} {r.state}" for r in failed)
             handle._update(
                 handle.result.evolve(
                     state=StepState.FAILED,
