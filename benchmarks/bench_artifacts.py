@@ -348,12 +348,14 @@ def main() -> None:
         dpull = interleaved(
             n,
             {
-                "oras": lambda i: removing(out, oras("pull", loc, "bench/orasdir0:v", out)),
-                "k8s": lambda i: removing(
-                    out, k8sjobs("pull", loc, "bench/k8sdir0:v", out, env(i, "d"))
+                # Kept until the phase ends: deleting 1000 files just before a run (ext4,
+                # mounted with discard) made the next run 2-4x slower, whoever it was.
+                "oras": lambda i: oras("pull", loc, "bench/orasdir0:v", work / f"oras-dir{i}"),
+                "k8s": lambda i: k8sjobs(
+                    "pull", loc, "bench/k8sdir0:v", work / f"k8s-dir{i}", env(i, "d")
                 ),
-                "bare": lambda i: removing(out, bare_write(out, args.files, size)),
-                "tar": lambda i: removing(out, tar_extract(plain_tar, out)),
+                "bare": lambda i: bare_write(work / f"bare-dir{i}", args.files, size),
+                "tar": lambda i: tar_extract(plain_tar, work / f"tar-dir{i}"),
             },
         )
         o_dpush, k_dpush = dpush["oras"], dpush["k8s"]
