@@ -195,7 +195,7 @@ class OrderedWorker:
 
     ``submit`` returns at once unless more than ``depth`` calls are pending, so the event
     loop keeps moving bytes while the thread hashes or writes (bounded memory: ``depth``
-    chunks). Two workers (hash, write) let both run at once on two cores.
+    chunks).
     """
 
     def __init__(self, depth: int = 4) -> None:

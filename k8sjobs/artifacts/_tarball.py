@@ -137,11 +137,6 @@ class StoredGzip:
         self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
 
 
-def walk_sorted(root: Path) -> list[Path]:
-    """Return every path below ``root`` (inclusive), in a stable order; symlinks not followed."""
-    return [Path(path) for _, path in _walk(root)]
-
-
 def _walk(root: Path) -> list[tuple[str, str]]:
     """Return (name in the archive, path) of every entry below ``root`` (inclusive), sorted
     by that name; symlinks are listed, not followed. Strings, not Paths: this runs once per
@@ -178,15 +173,6 @@ def fingerprint(root: Path, compression: Compression, level: int | None) -> str 
             f"\0{st.st_ino}\n".encode()
         )
     return "dir:" + hasher.hexdigest()
-
-
-def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    # Whole seconds: a fractional mtime costs an extra PAX header per member, which doubled
-    # the time to read the archive back.
-    info.mtime = int(info.mtime)
-    return info
 
 
 def choose_level(root: Path, compression: Compression, level: int | None) -> int:
@@ -252,7 +238,8 @@ def _write_member(
     out: _HashingWriter, path: str, arcname: str, inodes: dict[tuple[int, int], str]
 ) -> None:
     """Write one tar member as tarfile.addfile would (PAX, owners dropped, whole-second
-    mtime), reading a file's bytes in large pieces straight into ``out``.
+    mtime: a fractional one costs an extra PAX header per member, which doubled the time to
+    read the archive back), reading a file's bytes in large pieces straight into ``out``.
 
     The header comes from one lstat, without tarfile.gettarinfo's user and group name
     look-ups; a file seen before under another name (a hard link) becomes a link member.
@@ -291,14 +278,6 @@ def _copy_file(path: str, size: int, out: _HashingWriter) -> None:
         os.close(fd)
 
 
-def _open_read(path: Path, media_type: str) -> tarfile.TarFile:
-    if media_type.endswith("+zstd"):
-        stream = _zstandard().ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
-        return tarfile.open(fileobj=stream, mode="r|")
-    # Not the stream mode: reading through GzipFile is much faster than tarfile's _Stream.
-    return tarfile.open(path, mode="r:*")
-
-
 def _inside(name: str) -> str:
     """Return the normalised member path, or raise if it is absolute or climbs out."""
     if not name or name.startswith("/") or "\\" in name or "\0" in name:
@@ -330,48 +309,6 @@ def _check_member(member: tarfile.TarInfo, links: set[str], seen: set[str]) -> N
         if target in links:  # a hard link to a symlink is one more symlink
             links.add(name)
     seen.add(name)
-
-
-def check_archive(path: Path, media_type: str) -> None:
-    """Read every member header of an archive and raise UnsafeArchive on the first escape."""
-    links: set[str] = set()
-    seen: set[str] = set()
-    try:
-        with _open_read(path, media_type) as tar:
-            for member in tar:
-                _check_member(member, links, seen)
-    except tarfile.TarError as exc:
-        raise UnsafeArchive(f"the archive cannot be read ({exc})") from exc
-
-
-def extract_archive(path: Path, media_type: str, target: Path) -> list[str]:
-    """Extract an archive into the empty staging directory ``target``; return top names.
-
-    Each member is checked before it is written, in one pass over the archive; on the first
-    unsafe member this raises UnsafeArchive, and the caller discards the whole staging
-    directory, so a hostile archive leaves nothing behind. The stdlib "data" filter runs as
-    a second line of defence.
-    """
-    links: set[str] = set()
-    seen: set[str] = set()
-    tops: set[str] = set()
-    try:
-        with _open_read(path, media_type) as tar:
-            for member in tar:
-                _check_member(member, links, seen)
-                tops.add(_inside(member.name).split("/")[0])
-                tar.extract(member, target, filter="data")
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        if isinstance(exc, tarfile.FilterError | tarfile.TarError | EOFError):
-            raise UnsafeArchive(f"the archive cannot be extracted safely ({exc})") from exc
-        raise
-    return sorted(tops - {"."})
-
-
-def is_special(path: Path) -> bool:
-    """Return True for device files, fifos and sockets, which are never archived."""
-    mode = path.lstat().st_mode
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 class ChunkFeed:
@@ -513,7 +450,7 @@ def _decoded(feed: ChunkFeed, media_type: str) -> Any:
 
 def extract_stream(feed: ChunkFeed, media_type: str, target: Path) -> list[str]:
     """Extract an archive arriving through ``feed`` into the empty staging directory
-    ``target``; return its top-level names. Raises UnsafeArchive as extract_archive does.
+    ``target``; return its top-level names. Raises UnsafeArchive on the first unsafe member.
 
     Written for speed, with the same guarantees: every member is checked (_check_member)
     before anything is written; files are created with O_EXCL|O_NOFOLLOW, and their modes
