@@ -157,7 +157,8 @@ class StudyWatch:
         pods = list(self.pods_by_job.get(job_name, {}).values())
         grace = self.backend.pending_grace
         result = judge(job, pods, now=datetime.now(UTC), pending_grace=grace)
-        result = result.evolve(name=handle.name, log_file=handle.result.log_file)
+        if result.name != handle.name or result.log_file != handle.result.log_file:
+            result = result.evolve(name=handle.name, log_file=handle.result.log_file)
         if result.state.terminal:
             self.backend._finish(self, handle, job, pods, result)
             return
