@@ -8,6 +8,16 @@
 
 from __future__ import annotations
 
+from ..errors import (
+    ArtifactNotFound,
+    AuthenticationError,
+    DigestMismatch,
+    InvalidReference,
+    RegistryError,
+    RegistryUnavailable,
+    UnsafeArchive,
+    UploadFailed,
+)
 from ._auth import Credentials
 from ._digest import DigestCache
 from ._http import RetryPolicy, Timeouts
@@ -18,16 +28,6 @@ from ._registry import Registry
 from ._store import ArtifactStore, open_store
 from ._tarball import Compression
 from ._transfer import ProgressCallback, ProgressEvent, PullResult, PushResult
-from .errors import (
-    ArtifactNotFound,
-    AuthenticationError,
-    DigestMismatch,
-    InvalidReference,
-    RegistryError,
-    RegistryUnavailable,
-    UnsafeArchive,
-    UploadFailed,
-)
 
 __all__ = [
     "DEFAULT_ARTIFACT_TYPE",

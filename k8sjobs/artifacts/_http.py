@@ -21,14 +21,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from . import _auth
-from .errors import (
+from ..errors import (
     ArtifactNotFound,
     AuthenticationError,
     RegistryError,
     RegistryUnavailable,
     UploadFailed,
 )
+from . import _auth
 
 T = TypeVar("T")
 BodyFactory = Callable[[], Any]

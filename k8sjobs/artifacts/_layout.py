@@ -23,13 +23,13 @@ from typing import Any
 
 import anyio.to_thread
 
+from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference
 from . import _media, _transfer
 from ._digest import DigestCache
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
 from ._streams import BlobSink, SinkFactory
 from ._tarball import ArchiveInfo, Compression
-from .errors import ArtifactNotFound, DigestMismatch, InvalidReference
 
 _COPY_CHUNK = 1024 * 1024
 

@@ -15,6 +15,7 @@ import aiohttp
 import anyio
 import anyio.to_thread
 
+from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 from . import _media, _transfer
 from ._auth import Credentials
 from ._digest import DigestCache
@@ -31,7 +32,6 @@ from ._streams import (
     VerifyingWriter,
 )
 from ._tarball import ArchiveInfo, Compression
-from .errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 
 READ_CHUNK = 2 * 1024 * 1024
 # Bodies at least this large are received on threads (see take_body); smaller ones are not

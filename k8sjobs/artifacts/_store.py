@@ -7,6 +7,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+from ..errors import InvalidReference
 from . import _media
 from ._auth import Credentials
 from ._http import RetryPolicy, Timeouts
@@ -14,7 +15,6 @@ from ._layout import OCILayout
 from ._registry import Registry
 from ._tarball import Compression
 from ._transfer import ProgressCallback, PullResult, PushResult
-from .errors import InvalidReference
 
 
 class ArtifactStore(Protocol):

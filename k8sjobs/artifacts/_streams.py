@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+from ..errors import DigestMismatch, RegistryError
 from . import _tarball
-from .errors import DigestMismatch, RegistryError
 
 T = TypeVar("T")
 A = TypeVar("A")

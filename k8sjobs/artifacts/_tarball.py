@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ..errors import RegistryError, UnsafeArchive
 from . import _media
-from .errors import RegistryError, UnsafeArchive
 
 Compression = Literal["none", "gzip", "zstd"]
 _COPY_BUFFER = 1024 * 1024

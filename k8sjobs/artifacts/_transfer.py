@@ -19,12 +19,12 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
+from ..errors import RegistryError, UnsafeArchive
 from . import _media, _tarball
 from ._digest import DigestCache
 from ._media import Descriptor, Manifest
 from ._reference import Reference
 from ._streams import BlobSink, SinkFactory, VerifyingExtractor, VerifyingWriter
-from .errors import RegistryError, UnsafeArchive
 
 
 @dataclass(frozen=True)

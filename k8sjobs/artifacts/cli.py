@@ -22,10 +22,10 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from ..errors import RegistryError
 from ._store import ArtifactStore, open_store
 from ._tarball import Compression
 from ._transfer import ProgressEvent
-from .errors import RegistryError
 
 DEFAULT_STORE = "oci:.k8sjobs/artifacts"
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import RegistryError
 from ._store import open_store
-from .errors import RegistryError
 
 EXIT_MARKER = "exitcode"
 OUTPUTS_FILE = "outputs.json"
