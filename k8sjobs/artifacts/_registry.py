@@ -13,6 +13,7 @@ from urllib.parse import quote, urlencode, urljoin
 
 import aiohttp
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
@@ -82,6 +83,9 @@ class Registry:
         return f"Registry({self.host + ('/' + self.prefix if self.prefix else '')!r})"
 
     async def __aenter__(self) -> Registry:
+        # anyio imports its event-loop backend on first use (about 20 ms): here, rather
+        # than in the middle of the first transfer.
+        await anyio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(
@@ -446,10 +450,9 @@ class Registry:
     ) -> None:
         """Receive the rest of a body taken from aiohttp on threads (SocketDrain)."""
         loop = asyncio.get_running_loop()
-        writer.write(taken.head)
-        received(len(taken.head))
         drain = SocketDrain(
             taken.sock,
+            taken.head,
             taken.remaining,
             writer,
             lambda n: loop.call_soon_threadsafe(received, n),

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from ..errors import DigestMismatch, RegistryError
-from . import _tarball
+from . import _tarball, _untar
+from ._fd import Buffer, write_all
 
 T = TypeVar("T")
 A = TypeVar("A")
-Buffer = bytes | bytearray | memoryview
-_IOV_MAX = 512
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
@@ -60,6 +59,10 @@ class BlobSink:
     the announced size), ``take`` it (hash, then ``store``, in a worker thread), and
     ``finish`` (DigestMismatch unless size and digest both match) or ``abort``."""
 
+    # Which thread of a SocketDrain hashes: the storing one (writing a file is cheap), or,
+    # for sinks whose store costs more (extraction), the receiving one, to even them out.
+    hash_on_receive = False
+
     def __init__(self, digest: str, size: int, where: str) -> None:
         self._hasher = hashlib.sha256()
         self.digest, self.size, self.where = digest, size, where
@@ -75,9 +78,13 @@ class BlobSink:
 
     def take(self, pieces: Sequence[Buffer]) -> None:
         """Hash and store pieces already counted (hashing releases the GIL)."""
+        self.hash(pieces)
+        self.store(pieces)
+
+    def hash(self, pieces: Sequence[Buffer]) -> None:
+        """Hash pieces already counted; ``store`` them next (in another thread if wanted)."""
         for piece in pieces:
             self._hasher.update(piece)
-        self.store(pieces)
 
     def store(self, pieces: Sequence[Buffer]) -> None:
         raise NotImplementedError
@@ -137,57 +144,43 @@ class VerifyingWriter(BlobSink):
 
 
 class VerifyingExtractor(BlobSink):
-    """Extracts a directory archive into ``staging`` while it arrives, on a thread of its
-    own, and verifies the archive's digest. The caller moves the extracted tree into place
-    only after ``finish`` (digest first, then the archive's safety) and otherwise discards
-    ``staging``: an unverified byte never reaches the target."""
+    """Extracts a directory archive into ``staging`` as it arrives, and verifies the
+    archive's digest. The caller moves the extracted tree into place only after ``finish``
+    (digest first, then the archive's safety) and otherwise discards ``staging``: an
+    unverified byte never reaches the target. After an unsafe member the rest of the blob
+    is still hashed, so that a corrupt transfer is reported as such, not as its effects."""
+
+    hash_on_receive = True
 
     def __init__(self, staging: Path, media_type: str, digest: str, size: int, where: str):
         super().__init__(digest, size, where)
-        self._feed = _tarball.ChunkFeed()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8sjobs-extract")
-        self._extracting = self._pool.submit(
-            _tarball.extract_stream, self._feed, media_type, staging
-        )
+        self._extractor = _untar.Extractor(staging, media_type, _tarball.zstandard_module)
+        self._failure: Exception | None = None
         self.tops: list[str] = []
 
     def store(self, pieces: Sequence[Buffer]) -> None:
-        for piece in pieces:
-            # Received buffers are reused: copy views; bytes pass as they are.
-            self._feed.put(piece if isinstance(piece, bytes) else bytes(piece))
+        if self._failure is not None:
+            return
+        try:
+            for piece in pieces:
+                self._extractor.feed(piece)
+        except Exception as exc:
+            self._failure = exc
+            self._extractor.abort()
 
     def finish(self) -> None:
-        self._feed.put(None)
-        try:
-            self.tops = self._extracting.result()
-        except BaseException as exc:
-            super().finish()  # a corrupt transfer is reported as such, before its effects
-            raise exc from None
-        finally:
-            self._pool.shutdown(wait=False)
+        if self._failure is None:
+            try:
+                self.tops = self._extractor.close()
+            except Exception as exc:
+                self._failure = exc
+        self._extractor.abort()
         super().finish()
+        if self._failure is not None:
+            raise self._failure
 
     def abort(self) -> None:
-        self._feed.cancel()
-        with contextlib.suppress(BaseException):
-            self._extracting.result()
-        self._pool.shutdown(wait=False)
-
-
-def write_all(fd: int, pieces: Sequence[Buffer]) -> None:
-    """Write every piece to ``fd`` with as few system calls as the kernel allows, and no
-    joining copy (``os.writev`` may write less than asked: the rest follows)."""
-    for start in range(0, len(pieces), _IOV_MAX):
-        group = pieces[start : start + _IOV_MAX]
-        done = os.writev(fd, group)
-        for piece in group:
-            if done >= len(piece):
-                done -= len(piece)
-                continue
-            view = memoryview(piece)[done:]
-            while view:
-                view = view[os.write(fd, view) :]
-            done = 0
+        self._extractor.abort()
 
 
 class OrderedWorker:
@@ -285,9 +278,11 @@ class ArchivePipe:
 
 class SocketDrain:
     """Receives a body from a socket into a ring of reused buffers while a second thread
-    hashes and writes each filled one (``writer.take``): no bytes object per piece, and
-    the receive, the hash and the write run at once (all three release the GIL).
+    hashes and stores each filled one: no bytes object per piece, and the receive, the hash
+    and the write run at once (all release the GIL). For a sink that costs more to store
+    (``hash_on_receive``), the receiving thread hashes instead, to keep both equally busy.
 
+    ``head`` is what the HTTP client had already read of the body; it goes first.
     ``run`` blocks (call it from a worker thread); ``stop`` (from any thread) makes it
     return promptly. Silence longer than ``timeout`` raises TimeoutError, an early end of
     the stream ConnectionError: both retryable, like the same failures inside aiohttp.
@@ -298,16 +293,18 @@ class SocketDrain:
     def __init__(
         self,
         sock: socket.socket,
+        head: bytes,
         remaining: int,
         writer: BlobSink,
         report: Callable[[int], object],
         timeout: float,
     ) -> None:
-        self.sock, self.remaining, self.writer = sock, remaining, writer
+        self.sock, self.head, self.remaining, self.writer = sock, head, remaining, writer
         self.report, self.timeout = report, timeout
         self._stopped = threading.Event()
         self._free: queue.Queue[bytearray] = queue.Queue()
-        self._full: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
+        self._made = 0
+        self._full: queue.Queue[tuple[Buffer, bytearray | None] | None] = queue.Queue()
         self._failure: BaseException | None = None
 
     def stop(self) -> None:
@@ -316,11 +313,11 @@ class SocketDrain:
             self.sock.shutdown(socket.SHUT_RDWR)
 
     def run(self) -> None:
-        for _ in range(self._RING):
-            self._free.put(bytearray(self._BUFFER))
         storing = threading.Thread(target=self._store, name="k8sjobs-blob-store")
         storing.start()
         try:
+            if self.head:
+                self._pass_on(self.head, None)
             self.sock.settimeout(min(self.timeout, 0.5))
             while self.remaining > 0 and self._failure is None:
                 buffer = self._next_free()
@@ -328,7 +325,7 @@ class SocketDrain:
                     break
                 n = self._fill(buffer)
                 self.remaining -= n
-                self._full.put((buffer, n))
+                self._pass_on(memoryview(buffer)[:n], buffer)
         except BaseException as exc:
             self._failure = self._failure or exc
         finally:
@@ -338,7 +335,19 @@ class SocketDrain:
         if self._failure is not None:
             raise self._failure
 
+    def _pass_on(self, piece: Buffer, ring: bytearray | None) -> None:
+        """Count ``piece``, maybe hash it, and queue it (``ring`` is its buffer to reuse)."""
+        self.writer.count(len(piece))
+        if self.writer.hash_on_receive:
+            self.writer.hash((piece,))
+        self._full.put((piece, ring))
+
     def _next_free(self) -> bytearray | None:
+        """Return a buffer to fill: a stored one, or a new one while the ring is not full
+        (so a writer that keeps up is served by two or three, and the start is quick)."""
+        if self._free.empty() and self._made < self._RING:
+            self._made += 1
+            return bytearray(self._BUFFER)
         while not self._stopped.is_set() and self._failure is None:
             try:
                 return self._free.get(timeout=0.1)
@@ -368,12 +377,15 @@ class SocketDrain:
 
     def _store(self) -> None:
         while (item := self._full.get()) is not None:
-            buffer, n = item
+            piece, ring = item
             if self._failure is None:
                 try:
-                    self.writer.count(n)
-                    self.writer.take((memoryview(buffer)[:n],))
-                    self.report(n)
+                    if self.writer.hash_on_receive:
+                        self.writer.store((piece,))
+                    else:
+                        self.writer.take((piece,))
+                    self.report(len(piece))
                 except BaseException as exc:
                     self._failure = exc
-            self._free.put(buffer)
+            if ring is not None:
+                self._free.put(ring)

@@ -1,4 +1,4 @@
-"""Directory archives: deterministic tar(+gzip/zstd) creation and safe extraction (blocking).
+"""Directory archives: deterministic tar(+gzip/zstd) creation (blocking); _untar extracts.
 
 Archives hold the directory under its own name (``name/...``), as ORAS does, so that a pull
 recreates ``target/name/``. They are deterministic (sorted entries, no owners, gzip without
@@ -7,23 +7,19 @@ a timestamp), so unchanged data gives the same digest and the registry can skip 
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import os
-import posixpath
-import queue
 import stat
 import struct
 import tarfile
-import threading
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..errors import RegistryError, UnsafeArchive
+from ..errors import RegistryError
 from . import _media
 
 Compression = Literal["none", "gzip", "zstd"]
@@ -90,7 +86,7 @@ class _HashingWriter:
         return "sha256:" + self.hasher.hexdigest()
 
 
-def _zstandard() -> Any:
+def zstandard_module() -> Any:
     """Return the zstandard module, an optional dependency, or say how to install it."""
     try:
         import zstandard
@@ -212,7 +208,8 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
             filename="", mode="wb", fileobj=blob, compresslevel=level, mtime=0
         )
     elif compression == "zstd":
-        compressor = _zstandard().ZstdCompressor(level=level).stream_writer(blob, closefd=False)
+        zstd = zstandard_module().ZstdCompressor(level=level)
+        compressor = zstd.stream_writer(blob, closefd=False)
     else:
         compressor = blob
     # Uncompressed, the blob is the tar: one hash serves both digests.
@@ -274,247 +271,5 @@ def _copy_file(path: str, size: int, out: _HashingWriter) -> None:
                 raise RegistryError(f"Cannot archive {path}: it shrank while it was read.")
             out.write(chunk)
             left -= len(chunk)
-    finally:
-        os.close(fd)
-
-
-def _inside(name: str) -> str:
-    """Return the normalised member path, or raise if it is absolute or climbs out."""
-    if not name or name.startswith("/") or "\\" in name or "\0" in name:
-        raise UnsafeArchive(f'member "{name}" has an absolute or malformed path')
-    norm = posixpath.normpath(name)
-    if norm == ".." or norm.startswith("../") or any(p == ".." for p in name.split("/")):
-        raise UnsafeArchive(f'member "{name}" climbs out of the target with ".."')
-    return norm
-
-
-def _check_member(member: tarfile.TarInfo, links: set[str], seen: set[str]) -> None:
-    name = _inside(member.name)
-    if member.type not in _ALLOWED_TYPES:
-        raise UnsafeArchive(f'member "{member.name}" is a device, fifo or other special file')
-    parts = name.split("/")
-    for i in range(1, len(parts) + 1):
-        if "/".join(parts[:i]) in links:
-            raise UnsafeArchive(f'member "{member.name}" would be written through a symlink')
-    if member.issym():
-        target = member.linkname
-        if target.startswith("/"):
-            raise UnsafeArchive(f'symlink "{member.name}" points to absolute "{target}"')
-        _inside(posixpath.join(posixpath.dirname(name), target))
-        links.add(name)
-    elif member.islnk():
-        target = _inside(member.linkname)
-        if target not in seen:
-            raise UnsafeArchive(f'hard link "{member.name}" points outside the archive')
-        if target in links:  # a hard link to a symlink is one more symlink
-            links.add(name)
-    seen.add(name)
-
-
-class ChunkFeed:
-    """A read-only file fed with chunks by another thread (``put``), for a streaming reader.
-
-    The queue is small, so the feeding thread waits rather than piling up memory; ``cancel``
-    unblocks both sides. Once the reader is done it ``discard``s the rest, so the feeder
-    (which hashes every byte) never waits on a reader that has stopped.
-    """
-
-    def __init__(self, depth: int = 8) -> None:
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
-        self._cancelled = threading.Event()
-        self._ended = False
-
-    def put(self, chunk: bytes | None) -> None:
-        """Hand over a chunk, or None for the end (blocking while the queue is full)."""
-        while not self._cancelled.is_set():
-            try:
-                self._queue.put(chunk, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def read(self, n: int = -1) -> bytes:
-        """Return the next chunk as it came (``n`` is ignored), or b"" at the end."""
-        while not self._ended and not self._cancelled.is_set():
-            try:
-                chunk = self._queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if chunk is None:
-                self._ended = True
-                return b""
-            if chunk:
-                return chunk
-        return b""
-
-    def discard(self) -> None:
-        """Read and drop everything up to the end."""
-        while self.read():
-            pass
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-
-class _Gunzip:
-    """Inflates a gzip stream (members one after another) read from ``raw``, in pieces of at
-    most ``n`` bytes, so a small hostile input cannot expand all at once in memory."""
-
-    def __init__(self, raw: ChunkFeed) -> None:
-        self._raw = raw
-        self._inflate = zlib.decompressobj(31)
-        self._input = b""
-        self._started = False
-
-    def read(self, n: int) -> bytes:
-        while True:
-            if self._inflate.eof:
-                self._input = self._inflate.unused_data + self._input
-                self._inflate = zlib.decompressobj(31)
-                self._started = False
-            if not self._input:
-                self._input = self._raw.read()
-                if not self._input:
-                    if self._started:
-                        raise EOFError("the compressed stream ended early")
-                    return b""
-            self._started = True
-            out = self._inflate.decompress(self._input, n)
-            self._input = self._inflate.unconsumed_tail
-            if out:
-                return out
-
-
-class _ForwardReader:
-    """The read/tell/forward-seek file that TarFile needs, over a decoded stream; member data
-    is copied to files straight from the decoded pieces (``copy_to``)."""
-
-    _PIECE = 1024 * 1024
-
-    def __init__(self, decoded: Any) -> None:
-        self._decoded = decoded
-        self._chunk = b""
-        self._at = 0
-        self._pos = 0
-
-    def _more(self) -> bool:
-        self._chunk, self._at = self._decoded.read(self._PIECE), 0
-        return bool(self._chunk)
-
-    def tell(self) -> int:
-        return self._pos
-
-    def read(self, n: int = -1) -> bytes:
-        parts: list[bytes] = []
-        left = n if n >= 0 else 1 << 62
-        while left > 0:
-            if self._at >= len(self._chunk) and not self._more():
-                break
-            part = self._chunk[self._at : self._at + left]
-            self._at += len(part)
-            left -= len(part)
-            parts.append(part)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._pos += len(data)
-        return data
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        if whence != 0 or pos < self._pos:
-            raise tarfile.ReadError("a streamed archive can only be read forwards")
-        while self._pos < pos:
-            if not self.read(min(pos - self._pos, self._PIECE)):
-                break
-        return self._pos
-
-    def copy_to(self, fd: int, size: int) -> None:
-        """Write the next ``size`` bytes to ``fd``."""
-        while size > 0:
-            if self._at >= len(self._chunk) and not self._more():
-                raise EOFError("the archive ended inside a file")
-            view = memoryview(self._chunk)[self._at : self._at + size]
-            while view:
-                view = view[os.write(fd, view) :]
-            n = min(size, len(self._chunk) - self._at)
-            self._at += n
-            self._pos += n
-            size -= n
-
-
-def _decoded(feed: ChunkFeed, media_type: str) -> Any:
-    if media_type.endswith("+zstd"):
-        return _zstandard().ZstdDecompressor().stream_reader(feed, read_across_frames=True)
-    if media_type.endswith("+gzip") or media_type.endswith(".gzip"):
-        return _Gunzip(feed)
-    return feed
-
-
-def extract_stream(feed: ChunkFeed, media_type: str, target: Path) -> list[str]:
-    """Extract an archive arriving through ``feed`` into the empty staging directory
-    ``target``; return its top-level names. Raises UnsafeArchive on the first unsafe member.
-
-    Written for speed, with the same guarantees: every member is checked (_check_member)
-    before anything is written; files are created with O_EXCL|O_NOFOLLOW, and their modes
-    filtered as the stdlib "data" filter does; links, rare, also pass through that filter.
-    The feed is read to its end even after a failure, so the digest covers every byte.
-    """
-    try:
-        return _extract_members(_ForwardReader(_decoded(feed, media_type)), target)
-    except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise UnsafeArchive(f"the archive cannot be extracted safely ({exc})") from exc
-    finally:
-        feed.discard()
-
-
-def _extract_members(reader: _ForwardReader, target: Path) -> list[str]:
-    links: set[str] = set()
-    seen: set[str] = set()
-    tops: set[str] = set()
-    made: set[str] = {""}
-    dirs: list[tuple[str, int]] = []
-    base = str(target)
-    with tarfile.TarFile(fileobj=reader, mode="r") as tar:  # type: ignore[arg-type]
-        for member in tar:
-            _check_member(member, links, seen)
-            name = _inside(member.name)
-            tops.add(name.split("/")[0])
-            if name == ".":
-                continue
-            parent = posixpath.dirname(name)
-            if parent not in made:
-                os.makedirs(os.path.join(base, parent), exist_ok=True)
-                made.add(parent)
-            path = os.path.join(base, name)
-            if member.isreg():
-                _write_file(path, member, reader)
-            elif member.isdir():
-                if name not in made:
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(path)
-                    made.add(name)
-                dirs.append((path, int(member.mtime)))
-            else:
-                tar.extract(member, base, filter="data")
-    for path, mtime in reversed(dirs):  # after their contents, which change the mtime
-        os.utime(path, (mtime, mtime), follow_symlinks=False)
-    return sorted(tops - {"."})
-
-
-def _write_file(path: str, member: tarfile.TarInfo, reader: _ForwardReader) -> None:
-    mode = member.mode & 0o755
-    if not mode & 0o100:
-        mode &= ~0o111
-    mode |= 0o600
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, mode)
-    except FileExistsError:  # a later member of the same name replaces the file
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            raise UnsafeArchive(f'member "{member.name}" would replace a directory') from None
-        os.unlink(path)
-        fd = os.open(path, flags, mode)
-    try:
-        reader.copy_to(fd, member.size)
-        os.fchmod(fd, mode)
-        os.utime(fd, (member.mtime, member.mtime))
     finally:
         os.close(fd)

@@ -20,7 +20,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import RegistryError, UnsafeArchive
-from . import _media, _tarball
+from . import _media, _tarball, _untar
 from ._digest import DigestCache
 from ._media import Descriptor, Manifest
 from ._reference import Reference
@@ -240,7 +240,7 @@ async def push_paths(
 def _layer_destination(target: Path, desc: Descriptor) -> Path:
     title = desc.title or ""
     try:
-        norm = _tarball._inside(title)
+        norm = _untar.inside(title)
     except UnsafeArchive as exc:
         raise UnsafeArchive(f'Layer title "{title}" is not a safe relative path: {exc}.') from None
     if norm in (".", ""):
