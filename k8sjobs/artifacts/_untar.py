@@ -238,7 +238,6 @@ class _Tar:
             if not 0 <= size <= _META_LIMIT:
                 raise UnsafeArchive("a pax header or GNU long name is too large")
             self._meta_type, self._want = kind, size
-            self._skip = 0
             if size == 0:
                 self._record(b"")
             return
@@ -267,7 +266,10 @@ class _Tar:
             return
         parent = posixpath.dirname(name)
         if parent not in self._made:
-            os.makedirs(os.path.join(self._base, parent), exist_ok=True)
+            try:
+                os.makedirs(os.path.join(self._base, parent), exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UnsafeArchive(f'member "{member.name}" is under a file') from None
             self._made.add(parent)
         path = os.path.join(self._base, name)
         if member.type in _REGULAR:

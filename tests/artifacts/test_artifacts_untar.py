@@ -273,3 +273,9 @@ def test_a_gzip_header_with_a_file_name_is_read(tmp_path: Path) -> None:
     assert named.getvalue()[3] & 8  # FNAME is set
     assert _extract(named.getvalue(), GZIP, tmp_path, random.Random(4)) == ["data"]
     assert (tmp_path / "data" / "f").read_bytes() == _data("data/f", 10)
+
+
+def test_a_member_under_a_file_is_refused(tmp_path: Path) -> None:
+    tar = _archive([("file", "data", 3), ("file", "data/x", 3)], tarfile.USTAR_FORMAT)
+    with pytest.raises(UnsafeArchive, match="under a file"):
+        _extract(tar, TAR, tmp_path, random.Random(5))
