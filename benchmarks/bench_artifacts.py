@@ -17,6 +17,10 @@ clients, interleaved with them. A third row adds up the CPU any verified pull mu
 (the registry sending the blob, curl receiving it, SHA-256 over it, the bare file writes)
 and divides it by the cores: no client can be faster. If it is above a fifth of oras-py's
 pull, no client can pull 5x faster than oras-py here.
+
+On this VM, kernel-side writes slow down 5-20x as the page cache fills (see ``settle``): as
+root, the benchmark drops the page cache before every run and reads back what the run
+reads, and every run deletes what it wrote.
 """
 
 from __future__ import annotations
@@ -163,13 +167,7 @@ def cpu_floor(server: RegistryServer, repo: str, work: Path, files: int, size: i
     receiving it (to /dev/null), that SHA-256 takes over it, and that creating and writing
     the files takes (bare Python, four threads), divided by the number of cores. It leaves
     out tar parsing and every client's own overhead, so it is generous."""
-    with urllib.request.urlopen(
-        urllib.request.Request(
-            f"{server.url}/v2/{repo}/manifests/v", headers={"Accept": MANIFEST_TYPE}
-        )
-    ) as r:
-        digest = json.loads(r.read())["layers"][0]["digest"]
-    url = f"{server.url}/v2/{repo}/blobs/{digest}"
+    [url] = blob_urls(server, repo)
     os.sync()
     before, children = registry_cpu(server), os.times()
     blob = subprocess.run(["curl", "-sf", url], capture_output=True, check=True).stdout
@@ -184,6 +182,7 @@ def cpu_floor(server: RegistryServer, repo: str, work: Path, files: int, size: i
     target = work / f"cpu-floor-{time.monotonic_ns()}"
     argv = [sys.executable, "-c", WRITE_FILES_CPU, str(target), str(files), str(size)]
     written = json.loads(subprocess.run(argv, capture_output=True, check=True).stdout)["seconds"]
+    remove(target)
     return (sent + received + hashed + written) / (os.cpu_count() or 1)
 
 
@@ -261,9 +260,8 @@ def remove(path: Path) -> None:
 
 
 def removing(path: Path, run: Run) -> Run:
-    """Delete what a pull wrote before the next run: kept, a few GiB of pulled copies
-    filled this VM's page cache, and whichever client ran later wrote 3x slower (all of
-    them, curl too), which made the order of the runs, not the client, decide the figure."""
+    """Delete what a run wrote before the next one, so that copies do not pile up in the
+    page cache and on disk (settle drops the page cache before each run)."""
     remove(path)
     return run
 
@@ -276,8 +274,48 @@ def row(name: str, *cells: str) -> None:
     print(f"| {name:<44} | " + " | ".join(f"{c:>20}" for c in cells) + " |")
 
 
-def interleaved(runs: int, makers: dict[str, Callable[[int], Run]]) -> dict[str, Run]:
-    """Run every client once per round, rotating their order, and keep each one's fastest run.
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def settle(files: list[Path], urls: list[str]) -> None:
+    """Give every run the same page cache: drop it (root only), then read back what the run
+    reads (its input ``files``, the blobs at ``urls``), so that no client pays for disk
+    reads. On this VM, writing 1000 x 64 KiB into a page cache that earlier runs had filled
+    took 0.14-0.84 s, growing run after run (whatever the writer: Python, tar, on tmpfs too),
+    against 0.03-0.06 s right after ``echo 1 > /proc/sys/vm/drop_caches``."""
+    os.sync()
+    if not os.access(DROP_CACHES, os.W_OK):
+        return
+    DROP_CACHES.write_text("1\n")
+    for path in files:
+        for item in [path] if path.is_file() else sorted(path.rglob("*")):
+            if item.is_file():
+                item.read_bytes()
+    for url in urls:
+        subprocess.run(["curl", "-sf", "-o", "/dev/null", url], check=True)
+
+
+def blob_urls(server: RegistryServer, *repos: str) -> list[str]:
+    """The URL of each repo's first layer blob (its tag is "v")."""
+    urls = []
+    for repo in repos:
+        request = urllib.request.Request(
+            f"{server.url}/v2/{repo}/manifests/v", headers={"Accept": MANIFEST_TYPE}
+        )
+        with urllib.request.urlopen(request) as r:
+            digest = json.loads(r.read())["layers"][0]["digest"]
+        urls.append(f"{server.url}/v2/{repo}/blobs/{digest}")
+    return urls
+
+
+def interleaved(
+    runs: int,
+    makers: dict[str, Callable[[int], Run]],
+    files: list[Path] | None = None,
+    urls: list[str] | None = None,
+) -> dict[str, Run]:
+    """Run every client once per round, rotating their order, and keep each one's fastest run;
+    each run starts from a settled page cache holding its inputs (``files``, ``urls``).
 
     This disk's speed drifts by 2-3x over a minute; interleaving gives every client the same
     conditions, where running one client's repeats back to back did not.
@@ -286,6 +324,7 @@ def interleaved(runs: int, makers: dict[str, Callable[[int], Run]]) -> dict[str,
     names = list(makers)
     for i in range(runs):
         for name in names[i % len(names) :] + names[: i % len(names)]:
+            settle(files or [], urls or [])
             results[name].append(makers[name](i))
     return {
         name: Run(
@@ -297,148 +336,180 @@ def interleaved(runs: int, makers: dict[str, Callable[[int], Run]]) -> dict[str,
     }
 
 
+@dataclass
+class Setup:
+    """What every phase needs: the arguments, a work directory and the registry."""
+
+    args: argparse.Namespace
+    work: Path
+    server: RegistryServer
+
+    def env(self, i: int, tag: str) -> dict[str, str]:
+        """The environment of a k8sjobs run: a fresh digest cache, so a push is a first push."""
+        return {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "K8SJOBS_CACHE_DIR": str(self.work / f"cache-{tag}-{i}"),
+        }
+
+
+def directory_figures(setup: Setup) -> list[str]:
+    """Push and pull 1000 small files with k8sjobs and oras-py, beside the floors."""
+    args, work, server, env = setup.args, setup.work, setup.server, setup.env
+    loc = server.location
+    tree = work / "tree" / "dataset"
+    make_tree(tree, args.files, args.file_kib * 1024)
+    backdate(tree.parent)
+    dpush = interleaved(
+        args.dir_repeat,
+        {
+            "oras": lambda i: oras("push", loc, f"bench/orasdir{i}:v", tree),
+            "k8s": lambda i: k8sjobs("push", loc, f"bench/k8sdir{i}:v", tree, env(i, "dir")),
+        },
+        files=[tree],
+    )
+    plain_tar = work / "tree.tar"
+    subprocess.run(["tar", "-cf", str(plain_tar), "-C", str(tree.parent), "dataset"], check=True)
+    size = args.file_kib * 1024
+    out_dir = work / "out-dir"
+    dpull = interleaved(
+        args.dir_repeat,
+        {
+            "oras": lambda i: removing(out_dir, oras("pull", loc, "bench/orasdir0:v", out_dir)),
+            "k8s": lambda i: removing(
+                out_dir, k8sjobs("pull", loc, "bench/k8sdir0:v", out_dir, env(i, "d"))
+            ),
+            "bare": lambda i: removing(out_dir, bare_write(out_dir, args.files, size)),
+            "tar": lambda i: removing(out_dir, tar_extract(plain_tar, out_dir)),
+        },
+        files=[plain_tar],
+        urls=blob_urls(server, "bench/orasdir0", "bench/k8sdir0"),
+    )
+    o_dpush, k_dpush = dpush["oras"], dpush["k8s"]
+    o_dpull, k_dpull = dpull["oras"], dpull["k8s"]
+    row(
+        "directory push (gzip, auto level)",
+        f"{k_dpush.seconds:8.3f} s",
+        f"{o_dpush.seconds:8.3f} s",
+        "-",
+    )
+    row("directory pull", f"{k_dpull.seconds:8.3f} s", f"{o_dpull.seconds:8.3f} s", "-")
+    row(
+        "  floor: bare Python writes of the files",
+        "-",
+        "-",
+        f"{dpull['bare'].seconds:8.3f} s",
+    )
+    row("  floor: tar -xf of the plain tar", "-", "-", f"{dpull['tar'].seconds:8.3f} s")
+    floor = min(
+        cpu_floor(server, "bench/k8sdir0", work, args.files, size) for _ in range(args.dir_repeat)
+    )
+    row("  floor: CPU any pull needs / cores", "-", "-", f"{floor:8.3f} s")
+    return [
+        f"dir push x{o_dpush.seconds / k_dpush.seconds:.1f} "
+        f"and pull x{o_dpull.seconds / k_dpull.seconds:.1f} vs oras-py (floor x5); "
+        f"the CPU a directory pull needs (registry, receive, SHA-256, file creation) "
+        f"cannot take less than {floor:.3f} s on these cores, so no client can pull "
+        f"faster than x{o_dpull.seconds / floor:.1f} oras-py here",
+    ]
+
+
+def file_figures(setup: Setup) -> list[str]:
+    """Push, pull and re-push one big file with k8sjobs, oras-py and curl."""
+    args, work, server, env, n = setup.args, setup.work, setup.server, setup.env, setup.args.repeat
+    loc, base, mib = server.location, server.url, float(args.size)
+    big = work / "data" / "big.bin"
+    big.parent.mkdir()
+    digest = make_file(big, args.size)
+    backdate(big.parent)
+
+    push = interleaved(
+        n,
+        {
+            "curl": lambda i: curl_push(base, f"bench/curl{i}", big, digest),
+            "oras": lambda i: oras("push", loc, f"bench/oras{i}:big", big),
+            "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s{i}:big", big, env(i, "big")),
+        },
+        files=[big],
+    )
+    c_push, o_push, k_push = push["curl"], push["oras"], push["k8s"]
+    row(f"push {args.size} MiB: rate", rate(mib, k_push), rate(mib, o_push), rate(mib, c_push))
+    row("push: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_push, o_push, c_push)))
+
+    out = work / "out"
+    pull = interleaved(
+        n,
+        {
+            "curl": lambda i: removing(out, curl_pull(base, "bench/curl0", digest, out)),
+            "oras": lambda i: removing(out, oras("pull", loc, "bench/oras0:big", out)),
+            "k8s": lambda i: removing(
+                out, k8sjobs("pull", loc, "bench/k8s0:big", out, env(i, "p"))
+            ),
+        },
+        urls=[f"{base}/v2/bench/curl0/blobs/{digest}"],
+    )
+    c_pull, o_pull, k_pull = pull["curl"], pull["oras"], pull["k8s"]
+    row(
+        f"pull {args.size} MiB (k8sjobs verifies)",
+        rate(mib, k_pull),
+        rate(mib, o_pull),
+        rate(mib, c_pull),
+    )
+    row("pull: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_pull, o_pull, c_pull)))
+
+    again = interleaved(
+        n,
+        {
+            "oras": lambda i: oras("push", loc, f"bench/oras0:again{i}", big),
+            "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s0:again{i}", big, env(0, "big")),
+        },
+        files=[big],
+    )
+    o_re, k_re = again["oras"], again["k8s"]
+    row("re-push unchanged: time", f"{k_re.seconds:8.3f} s", f"{o_re.seconds:8.3f} s", "-")
+    row("re-push unchanged: blob bytes sent", f"{k_re.sent}", "(HEAD skip)", "-")
+
+    return [
+        f"push vs curl {c_push.seconds / k_push.seconds:.0%} (floor 90%), "
+        f"pull vs curl {c_pull.seconds / k_pull.seconds:.0%} (floor 90%), "
+        f"re-push {k_re.seconds:.3f} s (floor 0.3 s)",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=1024, help="size of the big file in MiB")
     parser.add_argument("--files", type=int, default=1000, help="files in the directory test")
     parser.add_argument("--file-kib", type=int, default=64, help="size of each of those files")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best counts")
+    parser.add_argument(
+        "--dir-repeat", type=int, default=5, help="runs per directory figure (a second each)"
+    )
+    parser.add_argument("--only", choices=["directories", "files"], help="run one part")
     args = parser.parse_args()
     if shutil.which("curl") is None:
         raise SystemExit("curl is needed")
-    work = Path(tempfile.mkdtemp(prefix="k8sjobs-bench-"))
-    server = start_registry()
-    n = args.repeat
-
-    def env(i: int, tag: str) -> dict[str, str]:
-        # A fresh digest cache per run, so every push is a first push.
-        return {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "K8SJOBS_CACHE_DIR": str(work / f"cache-{tag}-{i}"),
-        }
-
+    setup = Setup(args, Path(tempfile.mkdtemp(prefix="k8sjobs-bench-")), start_registry())
     try:
-        big = work / "data" / "big.bin"
-        big.parent.mkdir()
-        digest = make_file(big, args.size)
-        backdate(big.parent)
-        loc, base, mib = server.location, server.url, float(args.size)
         print(
-            f"registry {base}, big file {args.size} MiB, "
+            f"registry {setup.server.url}, big file {args.size} MiB, "
             f"directory {args.files} x {args.file_kib} KiB, "
-            f"best of {n}\n"
+            f"best of {args.repeat} ({args.dir_repeat} for directories); "
+            "page cache dropped before each run: "
+            f"{'yes' if os.access(DROP_CACHES, os.W_OK) else 'no (not root)'}\n"
         )
         row("operation", "k8sjobs", "oras-py", "curl / reference")
         row("-" * 44, *["-" * 20] * 3)
-
-        push = interleaved(
-            n,
-            {
-                "curl": lambda i: curl_push(base, f"bench/curl{i}", big, digest),
-                "oras": lambda i: oras("push", loc, f"bench/oras{i}:big", big),
-                "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s{i}:big", big, env(i, "big")),
-            },
-        )
-        c_push, o_push, k_push = push["curl"], push["oras"], push["k8s"]
-        row(f"push {args.size} MiB: rate", rate(mib, k_push), rate(mib, o_push), rate(mib, c_push))
-        row("push: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_push, o_push, c_push)))
-
-        out = work / "out"
-        pull = interleaved(
-            n,
-            {
-                "curl": lambda i: removing(out, curl_pull(base, "bench/curl0", digest, out)),
-                "oras": lambda i: removing(out, oras("pull", loc, "bench/oras0:big", out)),
-                "k8s": lambda i: removing(
-                    out, k8sjobs("pull", loc, "bench/k8s0:big", out, env(i, "p"))
-                ),
-            },
-        )
-        c_pull, o_pull, k_pull = pull["curl"], pull["oras"], pull["k8s"]
-        row(
-            f"pull {args.size} MiB (k8sjobs verifies)",
-            rate(mib, k_pull),
-            rate(mib, o_pull),
-            rate(mib, c_pull),
-        )
-        row("pull: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_pull, o_pull, c_pull)))
-
-        again = interleaved(
-            n,
-            {
-                "oras": lambda i: oras("push", loc, f"bench/oras0:again{i}", big),
-                "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s0:again{i}", big, env(0, "big")),
-            },
-        )
-        o_re, k_re = again["oras"], again["k8s"]
-        row("re-push unchanged: time", f"{k_re.seconds:8.3f} s", f"{o_re.seconds:8.3f} s", "-")
-        row("re-push unchanged: blob bytes sent", f"{k_re.sent}", "(HEAD skip)", "-")
-
-        tree = work / "tree" / "dataset"
-        make_tree(tree, args.files, args.file_kib * 1024)
-        backdate(tree.parent)
-        dpush = interleaved(
-            n,
-            {
-                "oras": lambda i: oras("push", loc, f"bench/orasdir{i}:v", tree),
-                "k8s": lambda i: k8sjobs("push", loc, f"bench/k8sdir{i}:v", tree, env(i, "dir")),
-            },
-        )
-        plain_tar = work / "tree.tar"
-        subprocess.run(
-            ["tar", "-cf", str(plain_tar), "-C", str(tree.parent), "dataset"], check=True
-        )
-        size = args.file_kib * 1024
-        dpull = interleaved(
-            n,
-            {
-                # Kept until the phase ends: deleting 1000 files just before a run (ext4,
-                # mounted with discard) made the next run 2-4x slower, whoever it was.
-                "oras": lambda i: oras("pull", loc, "bench/orasdir0:v", work / f"oras-dir{i}"),
-                "k8s": lambda i: k8sjobs(
-                    "pull", loc, "bench/k8sdir0:v", work / f"k8s-dir{i}", env(i, "d")
-                ),
-                "bare": lambda i: bare_write(work / f"bare-dir{i}", args.files, size),
-                "tar": lambda i: tar_extract(plain_tar, work / f"tar-dir{i}"),
-            },
-        )
-        o_dpush, k_dpush = dpush["oras"], dpush["k8s"]
-        o_dpull, k_dpull = dpull["oras"], dpull["k8s"]
-        row(
-            "directory push (gzip, auto level)",
-            f"{k_dpush.seconds:8.3f} s",
-            f"{o_dpush.seconds:8.3f} s",
-            "-",
-        )
-        row("directory pull", f"{k_dpull.seconds:8.3f} s", f"{o_dpull.seconds:8.3f} s", "-")
-        row(
-            "  floor: bare Python writes of the files",
-            "-",
-            "-",
-            f"{dpull['bare'].seconds:8.3f} s",
-        )
-        row("  floor: tar -xf of the plain tar", "-", "-", f"{dpull['tar'].seconds:8.3f} s")
-        floor = min(cpu_floor(server, "bench/k8sdir0", work, args.files, size) for _ in range(n))
-        row("  floor: CPU any pull needs / cores", "-", "-", f"{floor:8.3f} s")
-        print()
-        print(
-            f"push vs curl {c_push.seconds / k_push.seconds:.0%} (floor 90%), "
-            f"pull vs curl {c_pull.seconds / k_pull.seconds:.0%} (floor 90%), "
-            f"re-push {k_re.seconds:.3f} s (floor 0.3 s), "
-            f"dir push x{o_dpush.seconds / k_dpush.seconds:.1f} "
-            f"and pull x{o_dpull.seconds / k_dpull.seconds:.1f} "
-            "vs oras-py (floor x5)"
-        )
-        print(
-            f"directory pull: the CPU it needs (registry, receive, SHA-256, file creation) "
-            f"cannot take less than {floor:.3f} s on these cores, so no client can pull "
-            f"faster than x{o_dpull.seconds / floor:.1f} oras-py here"
-        )
-        compression_table(work, loc, env(0, "comp"), args)
+        # The directory figures come first: after the 1 GiB phases have churned this VM's
+        # memory, creating files costs every client several times more (see settle).
+        summary = [] if args.only == "files" else directory_figures(setup)
+        summary += [] if args.only == "directories" else file_figures(setup)
+        print("\n" + "\n".join(summary))
+        if args.only is None:
+            compression_table(setup.work, setup.server.location, setup.env(0, "comp"), args)
     finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        setup.server.stop()
+        shutil.rmtree(setup.work, ignore_errors=True)
 
 
 def compression_table(work: Path, loc: str, env: dict[str, str], args: argparse.Namespace) -> None:
