@@ -26,13 +26,6 @@ Compression = Literal["none", "gzip", "zstd"]
 _COPY_BUFFER = 1024 * 1024
 # Enough to tell compressible data from random, and quick: the push waits for this.
 _SAMPLE_FILES, _SAMPLE_BYTES = 8, 16 * 1024
-_ALLOWED_TYPES = {
-    tarfile.REGTYPE,
-    tarfile.AREGTYPE,
-    tarfile.DIRTYPE,
-    tarfile.SYMTYPE,
-    tarfile.LNKTYPE,
-}
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ _ZERO_BLOCK = bytes(_BLOCK)
 _WINDOW = 32 * 1024  # how far back a deflate block may refer
 _PIECE = 1024 * 1024  # most decompressed bytes produced per step (no bomb in memory)
 _META_LIMIT = 1024 * 1024  # longest pax header or GNU long name accepted
-_FILE, _LINK, _SYMLINK, _DIR = b"0", b"1", b"2", b"5"
+_LINK, _SYMLINK, _DIR = b"1", b"2", b"5"
 _REGULAR = {b"0", b"\0", b"7"}  # file, old-style file, contiguous file
 _META = {b"x", b"g", b"L", b"K"}  # pax extended, pax global, GNU long name, GNU long link
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -486,7 +486,8 @@ def _gzip_header_length(data: bytes) -> int:
 
 class _Unzstd:
     """zstd frames, decompressed by zstandard's stream writer, which hands the output on in
-    pieces of at most _PIECE bytes (no bomb in memory)."""
+    pieces of at most _PIECE bytes (no bomb in memory). It cannot tell a cut frame: the tar
+    reader then misses the rest of a member, and the blob's digest the rest of the bytes."""
 
     def __init__(self, out: Sink, zstandard: Any) -> None:
         self._writer = zstandard.ZstdDecompressor().stream_writer(_Forward(out), write_size=_PIECE)
