@@ -79,6 +79,8 @@ class _Member:
         self.name = name.rstrip("/") if self.type == _DIR and name != "/" else name
         if self.size < 0:
             raise UnsafeArchive(f'member "{self.name}" has a negative size')
+        if not -(2**40) < self.mtime < 2**40:  # also refuses NaN, which compares false
+            raise UnsafeArchive(f'member "{self.name}" has an impossible modification time')
 
 
 def _data_mode(mode: int) -> int:

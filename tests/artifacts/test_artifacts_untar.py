@@ -279,3 +279,14 @@ def test_a_member_under_a_file_is_refused(tmp_path: Path) -> None:
     tar = _archive([("file", "data", 3), ("file", "data/x", 3)], tarfile.USTAR_FORMAT)
     with pytest.raises(UnsafeArchive, match="under a file"):
         _extract(tar, TAR, tmp_path, random.Random(5))
+
+
+@pytest.mark.parametrize("mtime", ["nan", "inf", "1e300"])
+def test_an_impossible_pax_mtime_is_refused(mtime: str, tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("data/f")
+        info.size, info.pax_headers = 1, {"mtime": mtime}
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(UnsafeArchive, match="modification time"):
+        _extract(buffer.getvalue(), TAR, tmp_path, random.Random(6))
