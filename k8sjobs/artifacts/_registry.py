@@ -6,12 +6,15 @@ import asyncio
 import functools
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 from urllib.parse import quote, urlencode, urljoin
 
 import aiohttp
+import aiohttp.abc
+import aiohttp.payload
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
@@ -19,8 +22,16 @@ import anyio.to_thread
 from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
 from . import _media, _transfer
 from ._auth import Credentials
-from ._digest import DigestCache
-from ._http import RetryPolicy, TakenBody, Timeouts, Transport, take_body, with_retries
+from ._digest import DigestCache, hash_file
+from ._http import (
+    BodyFactory,
+    RetryPolicy,
+    TakenBody,
+    Timeouts,
+    Transport,
+    take_body,
+    with_retries,
+)
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
 from ._streams import (
@@ -38,6 +49,46 @@ READ_CHUNK = 2 * 1024 * 1024
 # Bodies at least this large are received on threads (see take_body); smaller ones are not
 # worth the extra threads.
 TAKE_OVER_FROM = 4 * 1024 * 1024
+
+
+_SENDFILE_SLICE = 8 * 1024 * 1024  # progress is reported this often
+
+
+class _FileRange(aiohttp.payload.Payload):
+    """``length`` bytes of ``file`` from ``offset``, sent with sendfile(2) once aiohttp has
+    written the request headers: no copy through Python, as curl's read and send do."""
+
+    def __init__(
+        self, file: BinaryIO, offset: int, length: int, sent: _transfer.BytesCallback
+    ) -> None:
+        super().__init__(file, content_type="application/octet-stream")
+        self._size = length
+        self._file, self._offset, self._length, self._sent = file, offset, length, sent
+
+    async def write(self, writer: aiohttp.abc.AbstractStreamWriter) -> None:
+        flush_headers = getattr(writer, "send_headers", None)  # aiohttp >= 3.12 holds them
+        if flush_headers is not None:
+            flush_headers()
+        transport = writer.transport
+        if transport is None:
+            raise ConnectionResetError("the connection closed before the body was sent")
+        loop = asyncio.get_running_loop()
+        offset, end = self._offset, self._offset + self._length
+        while offset < end:
+            step = min(_SENDFILE_SLICE, end - offset)
+            done = await loop.sendfile(transport, self._file, offset, step)
+            if done < step:
+                raise RegistryError("The file shrank while it was being uploaded.")
+            offset += done
+            self._sent(done)
+
+    async def write_with_length(
+        self, writer: aiohttp.abc.AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        await self.write(writer)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        raise TypeError("a file range is not text")
 
 
 class Registry:
@@ -187,37 +238,93 @@ class Registry:
     ) -> str:
         what = f"Uploading {path.name} to {ref}"
         url = await self._start_upload(ref, what)
+        if url.startswith("http://") and size > self.monolithic_limit:
+            return await self._upload_sendfile(ref, url, path, size, known, sent, what)
         reader = await anyio.to_thread.run_sync(HashingReader, path)
         try:
             if size <= self.monolithic_limit and known:
                 return await self._put_final(ref, url, known, reader, size, sent, what)
-            offset = 0
-            while offset < size or size == 0:
-                length = min(self.chunk_size, size - offset)
-                headers = {
-                    "Content-Type": "application/octet-stream",
-                    "Content-Length": str(length),
-                    "Content-Range": f"{offset}-{offset + length - 1}",
-                }
-                resp = await self._send(
-                    "PATCH",
-                    ref,
-                    url,
-                    what,
-                    scope=self._scope(ref, True),
-                    headers=headers,
-                    ok=(202,),
-                    idempotent=False,
-                    body=lambda n=length: self._body(reader, n, sent),
-                )
-                resp.release()
-                url = urljoin(url, resp.headers["Location"])
-                offset += length
-                if size == 0:
-                    break
+            url = await self._patch_chunks(
+                ref, url, size, lambda offset, n: self._body(reader, n, sent), what
+            )
             return await self._put_final(ref, url, known or reader.digest, None, 0, sent, what)
         finally:
             await anyio.to_thread.run_sync(reader.close)
+
+    async def _upload_sendfile(
+        self,
+        ref: Reference,
+        url: str,
+        path: Path,
+        size: int,
+        known: str | None,
+        sent: _transfer.BytesCallback,
+        what: str,
+    ) -> str:
+        """Upload over plain HTTP with sendfile(2), the file's pages going to the socket
+        without passing through Python, while a worker thread hashes the file."""
+        loop = asyncio.get_running_loop()
+        hashing = loop.run_in_executor(None, hash_file, path) if known is None else None
+        try:
+            file = await anyio.to_thread.run_sync(path.open, "rb")
+            try:
+                url = await self._patch_chunks(
+                    ref, url, size, lambda offset, n: _FileRange(file, offset, n, sent), what
+                )
+            finally:
+                await anyio.to_thread.run_sync(file.close)
+            digest, hashed = await hashing if hashing is not None else (known, size)
+        finally:
+            if hashing is not None:
+                await asyncio.wait([hashing])
+        if hashed != size or digest is None:
+            raise RegistryError(f"{what}: the file changed while it was being uploaded.")
+        return await self._put_final(ref, url, digest, None, 0, sent, what)
+
+    async def _patch(
+        self, ref: Reference, url: str, headers: dict[str, str], body: BodyFactory, what: str
+    ) -> str:
+        """Send one PATCH of an upload (never repeated: the registry may have taken part of
+        it); return the URL the upload goes on at."""
+        resp = await self._send(
+            "PATCH",
+            ref,
+            url,
+            what,
+            scope=self._scope(ref, True),
+            headers=headers,
+            ok=(202,),
+            idempotent=False,
+            body=body,
+        )
+        resp.release()
+        return urljoin(url, str(resp.headers["Location"]))
+
+    async def _patch_chunks(
+        self,
+        ref: Reference,
+        url: str,
+        size: int,
+        body: Callable[[int, int], object],
+        what: str,
+    ) -> str:
+        """Send ``size`` bytes in PATCHes of at most chunk_size, ``body(offset, length)``
+        making each one's body; return the URL that finishes the upload."""
+        offset = 0
+        while offset < size or size == 0:
+            length = min(self.chunk_size, size - offset)
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(length),
+                "Content-Range": f"{offset}-{offset + length - 1}",
+            }
+            url = await self._patch(
+                ref, url, headers, functools.partial(body, offset, length), what
+            )
+            offset += length
+            if size == 0:
+                break
+        return url
 
     async def _put_final(
         self,
@@ -310,20 +417,10 @@ class Registry:
             try:
                 url = await self._start_upload(ref, what)
                 headers = {"Content-Type": "application/octet-stream"}
-                resp = await self._send(
-                    "PATCH",
-                    ref,
-                    url,
-                    what,
-                    scope=self._scope(ref, True),
-                    headers=headers,
-                    ok=(202,),
-                    idempotent=False,
-                    body=lambda: self._pipe_body(pipe, count),
+                url = await self._patch(
+                    ref, url, headers, lambda: self._pipe_body(pipe, count), what
                 )
-                resp.release()
                 info = await producer
-                url = urljoin(url, str(resp.headers["Location"]))
                 await self._put_final(ref, url, info.digest, None, 0, count, what)
                 return info
             finally:
