@@ -16,7 +16,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,12 +29,12 @@ from ._digest import DigestCache
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
 from ._streams import BlobSink, SinkFactory
-from ._tarball import ArchiveInfo, Compression
+from ._tarball import ArchiveInfo
 
 _COPY_CHUNK = 1024 * 1024
 
 
-class OCILayout:
+class OCILayout(_transfer.StoreFront):
     """A directory in the OCI image layout format, as an ArtifactStore."""
 
     def __init__(
@@ -277,54 +277,10 @@ class OCILayout:
 
     # -- ArtifactStore ------------------------------------------------------------------
 
-    async def push(
-        self,
-        reference: str,
-        paths: Sequence[str | Path],
-        *,
-        artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
-        annotations: dict[str, str] | None = None,
-        compression: Compression = "gzip",
-        level: int | None = None,
-        progress: _transfer.ProgressCallback | None = None,
-    ) -> _transfer.PushResult:
-        """Store files and directories as one artifact; return its reference and digest."""
-        opts = _transfer.PushOptions(
-            artifact_type, annotations, compression, level, self.concurrency, progress, reference
-        )
-        return await _transfer.push_paths(
-            self, self._ref(reference), [Path(p) for p in paths], self.cache, opts
-        )
-
-    async def pull(
-        self,
-        reference: str,
-        target: str | Path,
-        *,
-        progress: _transfer.ProgressCallback | None = None,
-    ) -> _transfer.PullResult:
-        """Copy an artifact's files into ``target``, every byte verified."""
-        return await _transfer.pull_to(
-            self,
-            self._ref(reference),
-            Path(target),
-            concurrency=self.concurrency,
-            display=reference,
-            progress=progress,
-        )
-
     async def resolve(self, reference: str) -> str:
         """Return the manifest digest that ``reference`` points to."""
         ref = self._ref(reference)
         return await anyio.to_thread.run_sync(self._lookup, ref)
-
-    async def exists(self, reference: str) -> bool:
-        """Return True when ``reference`` names a stored manifest."""
-        try:
-            await self.resolve(reference)
-        except ArtifactNotFound:
-            return False
-        return True
 
     async def tags(self, repository: str) -> list[str]:
         """Return the tags of ``repository`` in this layout."""

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -43,7 +43,7 @@ from ._streams import (
     SocketDrain,
     VerifyingWriter,
 )
-from ._tarball import ArchiveInfo, Compression
+from ._tarball import ArchiveInfo
 
 READ_CHUNK = 2 * 1024 * 1024
 # Bodies at least this large are received on threads (see take_body); smaller ones are not
@@ -91,7 +91,7 @@ class _FileRange(aiohttp.payload.Payload):
         raise TypeError("a file range is not text")
 
 
-class Registry:
+class Registry(_transfer.StoreFront):
     """An OCI registry at ``location`` (``host[:port][/prefix]``), as an ArtifactStore.
 
     References are ``repository:tag`` or ``repository@sha256:...`` under ``prefix``; a
@@ -370,17 +370,10 @@ class Registry:
             known = await self.cache.file_digest(path)
         if known is not None and await self.has_blob(ref, known[0]):
             return known
-        counted = 0
-
-        def count(n: int) -> None:
-            nonlocal counted
-            counted += n
-            sent(n)
+        count = _transfer.AttemptBytes(sent)
 
         async def attempt() -> str:
-            nonlocal counted
-            sent(-counted)  # a restarted upload sends its bytes again
-            counted = 0
+            count.restart()
             return await self._upload_once(
                 ref, path, st.st_size, known[0] if known else None, count
             )
@@ -401,17 +394,10 @@ class Registry:
         and the final PUT names the digest. A failed upload is made again from scratch.
         """
         what = f"Uploading an archive to {ref}"
-        counted = 0
-
-        def count(n: int) -> None:
-            nonlocal counted
-            counted += n
-            sent(n)
+        count = _transfer.AttemptBytes(sent)
 
         async def attempt() -> ArchiveInfo:
-            nonlocal counted
-            sent(-counted)
-            counted = 0
+            count.restart()
             pipe = ArchivePipe()
             producer = asyncio.get_running_loop().run_in_executor(None, pipe.run, produce)
             try:
@@ -510,16 +496,14 @@ class Registry:
         return the sink that succeeded. Retried from scratch."""
         what = f"Fetching {desc.title or desc.digest} of {ref}"
         url = self._url(ref, f"blobs/{desc.digest}")
-        got: list[int] = []
+        count = _transfer.AttemptBytes(received)
 
         async def attempt() -> BlobSink:
-            received(-sum(got))  # a restarted download reports its bytes again
-            got.clear()
+            count.restart()
             writer = await anyio.to_thread.run_sync(sink, what)
             try:
                 resp = await self._send("GET", ref, url, what, scope=self._scope(ref))
                 async with resp:
-                    count = functools.partial(self._count, got, received)
                     taken = take_body(resp, TAKE_OVER_FROM)
                     if taken is None:
                         await self._drain_into(resp, writer, count)
@@ -536,11 +520,6 @@ class Registry:
             return writer
 
         return await with_retries(attempt, self._transport.retry, what)
-
-    @staticmethod
-    def _count(got: list[int], received: _transfer.BytesCallback, n: int) -> None:
-        got.append(n)
-        received(n)
 
     async def _drain_socket(
         self, taken: TakenBody, writer: BlobSink, received: _transfer.BytesCallback
@@ -595,42 +574,6 @@ class Registry:
 
     # -- ArtifactStore ------------------------------------------------------------------
 
-    async def push(
-        self,
-        reference: str,
-        paths: Sequence[str | Path],
-        *,
-        artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
-        annotations: dict[str, str] | None = None,
-        compression: Compression = "gzip",
-        level: int | None = None,
-        progress: _transfer.ProgressCallback | None = None,
-    ) -> _transfer.PushResult:
-        """Push files and directories as one artifact; return its reference and digest."""
-        opts = _transfer.PushOptions(
-            artifact_type, annotations, compression, level, self.concurrency, progress, reference
-        )
-        ref = self._ref(reference)
-        return await _transfer.push_paths(self, ref, [Path(p) for p in paths], self.cache, opts)
-
-    async def pull(
-        self,
-        reference: str,
-        target: str | Path,
-        *,
-        progress: _transfer.ProgressCallback | None = None,
-    ) -> _transfer.PullResult:
-        """Pull an artifact's files into ``target``, every byte verified."""
-        ref = self._ref(reference)
-        return await _transfer.pull_to(
-            self,
-            ref,
-            Path(target),
-            concurrency=self.concurrency,
-            progress=progress,
-            display=reference,
-        )
-
     async def resolve(self, reference: str) -> str:
         """Return the manifest digest that ``reference`` points to."""
         ref = self._ref(reference)
@@ -647,14 +590,6 @@ class Registry:
         if digest is None:
             _, _, digest = await self.get_manifest(ref)
         return str(digest)
-
-    async def exists(self, reference: str) -> bool:
-        """Return True when ``reference`` names a stored manifest."""
-        try:
-            await self.resolve(reference)
-        except ArtifactNotFound:
-            return False
-        return True
 
     async def tags(self, repository: str) -> list[str]:
         """Return the repository's tags, following pagination; [] for an unknown repository."""

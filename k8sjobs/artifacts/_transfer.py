@@ -19,7 +19,7 @@ from typing import Protocol
 import anyio
 import anyio.to_thread
 
-from ..errors import RegistryError, UnsafeArchive
+from ..errors import ArtifactNotFound, RegistryError, UnsafeArchive
 from . import _media, _tarball, _untar
 from ._digest import DigestCache
 from ._media import Descriptor, Manifest
@@ -94,6 +94,59 @@ class BlobBackend(Protocol):
     ) -> BlobSink: ...
 
 
+class StoreFront(BlobBackend):
+    """Push, pull and exists, the same over any BlobBackend: a registry and a layout
+    inherit them and provide ``_ref``, ``resolve``, ``cache`` and ``concurrency``."""
+
+    cache: DigestCache
+    concurrency: int
+
+    def _ref(self, reference: str) -> Reference:
+        raise NotImplementedError
+
+    async def resolve(self, reference: str) -> str:
+        raise NotImplementedError
+
+    async def push(
+        self,
+        reference: str,
+        paths: Sequence[str | Path],
+        *,
+        artifact_type: str | None = _media.DEFAULT_ARTIFACT_TYPE,
+        annotations: dict[str, str] | None = None,
+        compression: _tarball.Compression = "gzip",
+        level: int | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> PushResult:
+        """Store files and directories as one artifact; return its reference and digest."""
+        opts = PushOptions(
+            artifact_type, annotations, compression, level, self.concurrency, progress, reference
+        )
+        ref = self._ref(reference)
+        return await push_paths(self, ref, [Path(p) for p in paths], self.cache, opts)
+
+    async def pull(
+        self, reference: str, target: str | Path, *, progress: ProgressCallback | None = None
+    ) -> PullResult:
+        """Copy an artifact's files into ``target``, every byte verified."""
+        return await pull_to(
+            self,
+            self._ref(reference),
+            Path(target),
+            concurrency=self.concurrency,
+            progress=progress,
+            display=reference,
+        )
+
+    async def exists(self, reference: str) -> bool:
+        """Return True when ``reference`` names a stored manifest."""
+        try:
+            await self.resolve(reference)
+        except ArtifactNotFound:
+            return False
+        return True
+
+
 @dataclass
 class PushOptions:
     """Settings of one push."""
@@ -112,6 +165,22 @@ def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     (the others are usually cancellations it caused)."""
     first = group.exceptions[0]
     return first_error(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+class AttemptBytes:
+    """Passes byte counts on to ``report`` and, when a transfer starts over, takes back
+    what the failed attempt counted, so that progress never counts a byte twice."""
+
+    def __init__(self, report: BytesCallback) -> None:
+        self._report, self._counted = report, 0
+
+    def __call__(self, n: int) -> None:
+        self._counted += n
+        self._report(n)
+
+    def restart(self) -> None:
+        self._report(-self._counted)
+        self._counted = 0
 
 
 def _reporter(progress: ProgressCallback | None, name: str, total: int | None) -> BytesCallback:
