@@ -140,10 +140,7 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
-        matches = _selectors.both(
-            _selectors.label_predicate(query.get("labelSelector")),
-            _selectors.field_predicate(query.get("fieldSelector")),
-        )
+        matches = _selectors.from_query(query)
         limit = int(query.get("limit") or 0)
         start, list_rv = "", self.store.rv
         if token := query.get("continue"):
@@ -205,10 +202,7 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
-        matches = _selectors.both(
-            _selectors.label_predicate(query.get("labelSelector")),
-            _selectors.field_predicate(query.get("fieldSelector")),
-        )
+        matches = _selectors.from_query(query)
         raw_rv = query.get("resourceVersion", "")
         initial = _truthy(query.get("sendInitialEvents"))
         since = None if raw_rv in ("", "0") or initial else int(raw_rv)
@@ -357,10 +351,7 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         options = await _delete_options(request)
-        matches = _selectors.both(
-            _selectors.label_predicate(request.query.get("labelSelector")),
-            _selectors.field_predicate(request.query.get("fieldSelector")),
-        )
+        matches = _selectors.from_query(request.query)
         deleted = []
         for obj in list(self.store.iter(res.plural, ns)):
             if not matches(obj):

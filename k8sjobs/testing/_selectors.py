@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from k8sjobs.testing import _errors
@@ -107,6 +107,13 @@ def both(first: Predicate, second: Predicate) -> Predicate:
     if second is _always:
         return first
     return lambda obj: first(obj) and second(obj)
+
+
+def from_query(query: Mapping[str, str]) -> Predicate:
+    """Return the predicate of a request's ``labelSelector`` and ``fieldSelector``."""
+    return both(
+        label_predicate(query.get("labelSelector")), field_predicate(query.get("fieldSelector"))
+    )
 
 
 def _always(obj: dict[str, Any]) -> bool:
