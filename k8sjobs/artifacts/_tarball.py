@@ -96,6 +96,11 @@ class StoredGzip:
     Every gzip reader accepts it, and it is written at memory speed: zlib at level 0 still
     pushes each byte through its window, about eight times slower. Used for gzip level 0,
     which choose_level picks for data that would not shrink anyway.
+
+    Blocks are full (65535 bytes) whatever the sizes written: a tar header and the file
+    after it share a block, so a reader meets a third as many blocks as with one block
+    per write. A block goes out as its pieces, never joined; only the pieces of a block
+    not yet full are copied, as the caller may reuse its buffer.
     """
 
     _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no name, mtime 0, OS unknown
@@ -105,24 +110,37 @@ class StoredGzip:
         self._out = out
         self._crc = 0
         self._size = 0
+        self._held: list[bytes] = []  # the start of the next block
+        self._held_size = 0
         out.write(self._HEADER)
 
     def write(self, data: bytes, /) -> int:
-        view = memoryview(data)
-        for start in range(0, len(view), self._BLOCK):
-            block = view[start : start + self._BLOCK]
-            self._out.write(struct.pack("<BHH", 0, len(block), len(block) ^ 0xFFFF))
-            self._out.write(block)  # type: ignore[arg-type]
-        self._crc = zlib.crc32(data, self._crc)
-        self._size += len(data)
+        view = memoryview(data).cast("B")
+        self._crc = zlib.crc32(view, self._crc)
+        self._size += len(view)
+        while len(view) >= self._BLOCK - self._held_size:
+            take = self._BLOCK - self._held_size
+            self._block(self._BLOCK, [*self._held, view[:take]], final=False)
+            self._held, self._held_size = [], 0
+            view = view[take:]
+        if view:
+            self._held.append(bytes(view))
+            self._held_size += len(view)
         return len(data)
+
+    def _block(self, length: int, pieces: list[Any], final: bool) -> None:
+        self._out.write(struct.pack("<BHH", int(final), length, length ^ 0xFFFF))
+        for piece in pieces:
+            self._out.write(piece)
 
     def flush(self) -> None:
         self._out.flush()
 
     def close(self) -> None:
-        """End the deflate stream (an empty final block) and write the gzip trailer."""
-        self._out.write(struct.pack("<BHH", 1, 0, 0xFFFF))
+        """End the deflate stream with a final block holding what is left, and write the
+        gzip trailer."""
+        self._block(self._held_size, self._held, final=True)
+        self._held, self._held_size = [], 0
         self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
 
 
