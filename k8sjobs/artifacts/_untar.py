@@ -54,10 +54,11 @@ def inside(name: str) -> str:
     """Return the normalised member path, or raise if it is absolute or climbs out."""
     if not name or name.startswith("/") or "\\" in name or "\0" in name:
         raise UnsafeArchive(f'member "{name}" has an absolute or malformed path')
-    norm = posixpath.normpath(name)
-    if norm == ".." or norm.startswith("../") or ".." in name.split("/"):
+    parts = name.split("/")
+    if ".." in parts:
         raise UnsafeArchive(f'member "{name}" climbs out of the target with ".."')
-    return norm
+    # With no "..", normalising only drops "." and empty parts: most names have none.
+    return posixpath.normpath(name) if "" in parts or "." in parts else name
 
 
 class _Member:
@@ -263,17 +264,17 @@ class _Tar:
 
     def _place(self, member: _Member) -> None:
         name = self._check(member)
-        self.tops.add(name.split("/")[0])
+        self.tops.add(name.partition("/")[0])
         if name == ".":
             return
-        parent = posixpath.dirname(name)
+        parent = name.rpartition("/")[0]  # the name is normalised: no trailing slash
         if parent not in self._made:
             try:
                 os.makedirs(os.path.join(self._base, parent), exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 raise UnsafeArchive(f'member "{member.name}" is under a file') from None
             self._made.add(parent)
-        path = os.path.join(self._base, name)
+        path = f"{self._base}/{name}"
         if member.type in _REGULAR:
             self._open(path, member)
         elif member.type == _DIR:
