@@ -11,16 +11,17 @@ curl, tar and oras (oras-py) installed.
 
 Two reference rows bound what any client can do for the directory pull on this machine:
 bare Python that only writes the same 1000 files (data already in memory, no network, no
-hashing, no checks; four threads, faster here than one) into a fresh directory, and GNU
+hashing, no checks) into a fresh directory, and GNU
 ``tar -xf`` of the same archive, uncompressed, from a local file. Both are timed like the
 clients, interleaved with them. A third row adds up the CPU any verified pull must spend
 (the registry sending the blob, curl receiving it, SHA-256 over it, the bare file writes)
 and divides it by the cores: no client can be faster. If it is above a fifth of oras-py's
 pull, no client can pull 5x faster than oras-py here.
 
-On this VM, kernel-side writes slow down 5-20x as the page cache fills (see ``settle``): as
-root, the benchmark drops the page cache before every run and reads back what the run
-reads, and every run deletes what it wrote.
+Every run writes its output on a scratch filesystem: as root, a fresh ext4 with a journal
+on a loop device (see ``scratch_filesystem``), as a Kubernetes node's emptyDir would be; the
+header says which. As root, the page cache is dropped before every run and what the run reads
+is read back, so that every client starts from the same cache.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,11 +82,12 @@ print(json.dumps({"seconds": time.perf_counter() - start, "sent": 0}))
 
 @dataclass
 class Run:
-    """One measured operation."""
+    """One measured operation (or the best of several, with their median)."""
 
     seconds: float
     rss_mib: float
     sent: int = 0
+    median: float = 0.0
 
 
 def measure(argv: list[str], env: dict[str, str] | None = None, self_timed: bool = True) -> Run:
@@ -105,7 +109,21 @@ def measure(argv: list[str], env: dict[str, str] | None = None, self_timed: bool
     report = json.loads(proc.stdout.strip().splitlines()[-1]) if self_timed else {"seconds": wall}
     if isinstance(report, float):  # curl's -w %{time_total}
         report = {"seconds": report}
-    return Run(report["seconds"], rss_kib / 1024, report.get("sent", 0))
+    return Run(float(report["seconds"]), rss_kib / 1024, int(report.get("sent", 0)))
+
+
+def warm_memory(mib: int) -> None:
+    """Touch ``mib`` MiB and free them again, right before a run.
+
+    This VM's balloon hands memory that stayed free for 2 s back to the host (free page
+    reporting), and the guest's next touch of it faults into the host: writing 64 MiB of new
+    files took 80-200 ms after a pause of a few seconds against 13-15 ms right after other
+    memory was freed. Any pause between runs (sync, drop_caches) would otherwise charge
+    each client that cost at random; warmed, they all write into memory the guest holds,
+    as on a node whose memory is its own.
+    """
+    block = b"\1" * (mib << 20)
+    del block
 
 
 def k8sjobs(
@@ -120,7 +138,6 @@ def oras(op: str, location: str, ref: str, path: Path) -> Run:
 
 WRITE_FILES = """
 import json, os, sys, time
-from concurrent.futures import ThreadPoolExecutor
 target, files, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data = [os.urandom(size) for _ in range(files)]
 def write(i):
@@ -132,8 +149,8 @@ start = time.perf_counter()
 os.mkdir(target)
 for j in range(10):
     os.mkdir(os.path.join(target, f"d{j}"))
-with ThreadPoolExecutor(4) as pool:  # creations overlap: faster here than one thread
-    list(pool.map(write, range(files)))
+for i in range(files):  # one thread: four were 1.5-2x slower on a journaled ext4
+    write(i)
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
@@ -165,7 +182,7 @@ def cpu_floor(server: RegistryServer, repo: str, work: Path, files: int, size: i
     """Return the least wall time any client can pull the directory artifact in, on this
     machine's cores: the CPU that the registry spends sending the blob, that curl spends
     receiving it (to /dev/null), that SHA-256 takes over it, and that creating and writing
-    the files takes (bare Python, four threads), divided by the number of cores. It leaves
+    the files takes (bare Python), divided by the number of cores. It leaves
     out tar parsing and every client's own overhead, so it is generous."""
     [url] = blob_urls(server, repo)
     os.sync()
@@ -181,7 +198,9 @@ def cpu_floor(server: RegistryServer, repo: str, work: Path, files: int, size: i
     os.sync()
     target = work / f"cpu-floor-{time.monotonic_ns()}"
     argv = [sys.executable, "-c", WRITE_FILES_CPU, str(target), str(files), str(size)]
-    written = json.loads(subprocess.run(argv, capture_output=True, check=True).stdout)["seconds"]
+    written = float(
+        json.loads(subprocess.run(argv, capture_output=True, check=True).stdout)["seconds"]
+    )
     remove(target)
     return (sent + received + hashed + written) / (os.cpu_count() or 1)
 
@@ -260,8 +279,7 @@ def remove(path: Path) -> None:
 
 
 def removing(path: Path, run: Run) -> Run:
-    """Delete what a run wrote before the next one, so that copies do not pile up in the
-    page cache and on disk (settle drops the page cache before each run)."""
+    """Delete what a run wrote before the next one, so that copies do not pile up."""
     remove(path)
     return run
 
@@ -280,9 +298,7 @@ DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 def settle(files: list[Path], urls: list[str]) -> None:
     """Give every run the same page cache: drop it (root only), then read back what the run
     reads (its input ``files``, the blobs at ``urls``), so that no client pays for disk
-    reads. On this VM, writing 1000 x 64 KiB into a page cache that earlier runs had filled
-    took 0.14-0.84 s, growing run after run (whatever the writer: Python, tar, on tmpfs too),
-    against 0.03-0.06 s right after ``echo 1 > /proc/sys/vm/drop_caches``."""
+    reads and none profits from what the one before left in memory."""
     os.sync()
     if not os.access(DROP_CACHES, os.W_OK):
         return
@@ -313,11 +329,13 @@ def interleaved(
     makers: dict[str, Callable[[int], Run]],
     files: list[Path] | None = None,
     urls: list[str] | None = None,
+    writes_mib: int = 64,
 ) -> dict[str, Run]:
-    """Run every client once per round, rotating their order, and keep each one's fastest run;
-    each run starts from a settled page cache holding its inputs (``files``, ``urls``).
+    """Run every client once per round, rotating their order, and keep each one's fastest run
+    (and the median); each run starts from a settled page cache holding its inputs
+    (``files``, ``urls``) and from warm memory for what it writes (``writes_mib``).
 
-    This disk's speed drifts by 2-3x over a minute; interleaving gives every client the same
+    A shared VM's speed drifts over a minute; interleaving gives every client the same
     conditions, where running one client's repeats back to back did not.
     """
     results: dict[str, list[Run]] = {name: [] for name in makers}
@@ -325,23 +343,74 @@ def interleaved(
     for i in range(runs):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             settle(files or [], urls or [])
+            warm_memory(2 * writes_mib + 256)
             results[name].append(makers[name](i))
     return {
         name: Run(
             min(r.seconds for r in rs),
             max(r.rss_mib for r in rs),
             min(rs, key=lambda r: r.seconds).sent,
+            statistics.median(r.seconds for r in rs),
         )
         for name, rs in results.items()
     }
 
 
+@contextmanager
+def scratch_filesystem(work: Path, gib: int) -> Iterator[tuple[Path, str]]:
+    """Yield a directory for the runs' outputs and the name of its filesystem.
+
+    As root, a fresh ext4 with a journal, mounted from a sparse file in ``work`` through a
+    loop device (direct I/O, so pages are not cached twice); otherwise, or if that fails,
+    ``work`` itself. Why: this VM's root is ext4 *without* a journal, and there ext4 will
+    not reuse an inode freed in the last 60 s (360 s while its inode table block is dirty):
+    every create scans past all of them (``recently_deleted`` in perf). After a few hundred
+    runs that each delete 1000 files, creating 1000 files costs 0.25-0.65 s instead of
+    0.035 s, for every writer alike, and a 5x ratio shrinks to 2x. A journaled ext4, as on
+    a Kubernetes node, takes 0.035-0.045 s with deletions in between.
+    """
+    device, why = loop_device(work / "scratch.img", gib)
+    if device is None:
+        yield work, f"the work directory's filesystem ({why})"
+        return
+    mount = work / "scratch"
+    try:
+        mount.mkdir()
+        subprocess.run(["mount", device, str(mount)], check=True)
+        try:
+            yield mount, "a fresh ext4 with a journal, on a loop device"
+        finally:
+            subprocess.run(["umount", str(mount)], check=True)
+    finally:
+        subprocess.run(["losetup", "--detach", device], check=True)
+
+
+def loop_device(image: Path, gib: int) -> tuple[str | None, str]:
+    """Make a journaled ext4 in a sparse ``image`` and attach it; return the device, or None
+    and why not."""
+    if os.geteuid() != 0:
+        return None, "not root"
+    if not all(shutil.which(t) for t in ("mkfs.ext4", "losetup", "mount")):
+        return None, "no mkfs.ext4, losetup or mount"
+    with image.open("wb") as f:
+        f.truncate(gib << 30)
+    try:
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+        attach = ["losetup", "--direct-io=on", "--find", "--show", str(image)]
+        done = subprocess.run(attach, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        return None, f"{exc.cmd[0]}: {exc.stderr.strip()[:80]}"
+    return done.stdout.strip(), ""
+
+
 @dataclass
 class Setup:
-    """What every phase needs: the arguments, a work directory and the registry."""
+    """What every phase needs: the arguments, a work directory, a directory on the scratch
+    filesystem for outputs, and the registry."""
 
     args: argparse.Namespace
     work: Path
+    out: Path
     server: RegistryServer
 
     def env(self, i: int, tag: str) -> dict[str, str]:
@@ -359,6 +428,7 @@ def directory_figures(setup: Setup) -> list[str]:
     loc = server.location
     tree = work / "tree" / "dataset"
     make_tree(tree, args.files, args.file_kib * 1024)
+    mib = args.files * args.file_kib // 1024
     backdate(tree.parent)
     dpush = interleaved(
         args.dir_repeat,
@@ -367,11 +437,12 @@ def directory_figures(setup: Setup) -> list[str]:
             "k8s": lambda i: k8sjobs("push", loc, f"bench/k8sdir{i}:v", tree, env(i, "dir")),
         },
         files=[tree],
+        writes_mib=mib,
     )
     plain_tar = work / "tree.tar"
     subprocess.run(["tar", "-cf", str(plain_tar), "-C", str(tree.parent), "dataset"], check=True)
     size = args.file_kib * 1024
-    out_dir = work / "out-dir"
+    out_dir = setup.out / "out-dir"
     dpull = interleaved(
         args.dir_repeat,
         {
@@ -384,6 +455,7 @@ def directory_figures(setup: Setup) -> list[str]:
         },
         files=[plain_tar],
         urls=blob_urls(server, "bench/orasdir0", "bench/k8sdir0"),
+        writes_mib=mib,
     )
     o_dpush, k_dpush = dpush["oras"], dpush["k8s"]
     o_dpull, k_dpull = dpull["oras"], dpull["k8s"]
@@ -394,6 +466,7 @@ def directory_figures(setup: Setup) -> list[str]:
         "-",
     )
     row("directory pull", f"{k_dpull.seconds:8.3f} s", f"{o_dpull.seconds:8.3f} s", "-")
+    row("directory pull: median", f"{k_dpull.median:8.3f} s", f"{o_dpull.median:8.3f} s", "-")
     row(
         "  floor: bare Python writes of the files",
         "-",
@@ -402,12 +475,14 @@ def directory_figures(setup: Setup) -> list[str]:
     )
     row("  floor: tar -xf of the plain tar", "-", "-", f"{dpull['tar'].seconds:8.3f} s")
     floor = min(
-        cpu_floor(server, "bench/k8sdir0", work, args.files, size) for _ in range(args.dir_repeat)
+        cpu_floor(server, "bench/k8sdir0", setup.out, args.files, size)
+        for _ in range(args.dir_repeat)
     )
     row("  floor: CPU any pull needs / cores", "-", "-", f"{floor:8.3f} s")
     return [
         f"dir push x{o_dpush.seconds / k_dpush.seconds:.1f} "
-        f"and pull x{o_dpull.seconds / k_dpull.seconds:.1f} vs oras-py (floor x5); "
+        f"and pull x{o_dpull.seconds / k_dpull.seconds:.1f} "
+        f"(medians x{o_dpull.median / k_dpull.median:.1f}) vs oras-py (floor x5); "
         f"the CPU a directory pull needs (registry, receive, SHA-256, file creation) "
         f"cannot take less than {floor:.3f} s on these cores, so no client can pull "
         f"faster than x{o_dpull.seconds / floor:.1f} oras-py here",
@@ -431,12 +506,13 @@ def file_figures(setup: Setup) -> list[str]:
             "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s{i}:big", big, env(i, "big")),
         },
         files=[big],
+        writes_mib=args.size,  # the registry stores the blob
     )
     c_push, o_push, k_push = push["curl"], push["oras"], push["k8s"]
     row(f"push {args.size} MiB: rate", rate(mib, k_push), rate(mib, o_push), rate(mib, c_push))
     row("push: peak RSS", *(f"{r.rss_mib:8.1f} MiB" for r in (k_push, o_push, c_push)))
 
-    out = work / "out"
+    out = setup.out / "out"
     pull = interleaved(
         n,
         {
@@ -447,6 +523,7 @@ def file_figures(setup: Setup) -> list[str]:
             ),
         },
         urls=[f"{base}/v2/bench/curl0/blobs/{digest}"],
+        writes_mib=args.size,
     )
     c_pull, o_pull, k_pull = pull["curl"], pull["oras"], pull["k8s"]
     row(
@@ -489,19 +566,28 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("curl") is None:
         raise SystemExit("curl is needed")
-    setup = Setup(args, Path(tempfile.mkdtemp(prefix="k8sjobs-bench-")), start_registry())
+    work = Path(tempfile.mkdtemp(prefix="k8sjobs-bench-"))
+    try:
+        with scratch_filesystem(work, gib=4 + 2 * args.size // 1024) as (out, fs):
+            report(Setup(args, work, out, start_registry()), fs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(setup: Setup, fs: str) -> None:
+    """Print the header, the figures table, the summary and the compression table."""
+    args = setup.args
     try:
         print(
             f"registry {setup.server.url}, big file {args.size} MiB, "
             f"directory {args.files} x {args.file_kib} KiB, "
             f"best of {args.repeat} ({args.dir_repeat} for directories); "
             "page cache dropped before each run: "
-            f"{'yes' if os.access(DROP_CACHES, os.W_OK) else 'no (not root)'}\n"
+            f"{'yes' if os.access(DROP_CACHES, os.W_OK) else 'no (not root)'}; "
+            f"outputs written on {fs}\n"
         )
         row("operation", "k8sjobs", "oras-py", "curl / reference")
         row("-" * 44, *["-" * 20] * 3)
-        # The directory figures come first: after the 1 GiB phases have churned this VM's
-        # memory, creating files costs every client several times more (see settle).
         summary = [] if args.only == "files" else directory_figures(setup)
         summary += [] if args.only == "directories" else file_figures(setup)
         print("\n" + "\n".join(summary))
@@ -509,7 +595,6 @@ def main() -> None:
             compression_table(setup.work, setup.server.location, setup.env(0, "comp"), args)
     finally:
         setup.server.stop()
-        shutil.rmtree(setup.work, ignore_errors=True)
 
 
 def compression_table(work: Path, loc: str, env: dict[str, str], args: argparse.Namespace) -> None:
