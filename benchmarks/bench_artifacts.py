@@ -112,20 +112,6 @@ def measure(argv: list[str], env: dict[str, str] | None = None, self_timed: bool
     return Run(float(report["seconds"]), rss_kib / 1024, int(report.get("sent", 0)))
 
 
-def warm_memory(mib: int) -> None:
-    """Touch ``mib`` MiB and free them again, right before a run.
-
-    This VM's balloon hands memory that stayed free for 2 s back to the host (free page
-    reporting), and the guest's next touch of it faults into the host: writing 64 MiB of new
-    files took 80-200 ms after a pause of a few seconds against 13-15 ms right after other
-    memory was freed. Any pause between runs (sync, drop_caches) would otherwise charge
-    each client that cost at random; warmed, they all write into memory the guest holds,
-    as on a node whose memory is its own.
-    """
-    block = b"\1" * (mib << 20)
-    del block
-
-
 def k8sjobs(
     op: str, location: str, ref: str, path: Path, env: dict[str, str], compression: str = "gzip"
 ) -> Run:
@@ -329,11 +315,10 @@ def interleaved(
     makers: dict[str, Callable[[int], Run]],
     files: list[Path] | None = None,
     urls: list[str] | None = None,
-    writes_mib: int = 64,
 ) -> dict[str, Run]:
     """Run every client once per round, rotating their order, and keep each one's fastest run
     (and the median); each run starts from a settled page cache holding its inputs
-    (``files``, ``urls``) and from warm memory for what it writes (``writes_mib``).
+    (``files``, ``urls``).
 
     A shared VM's speed drifts over a minute; interleaving gives every client the same
     conditions, where running one client's repeats back to back did not.
@@ -343,7 +328,6 @@ def interleaved(
     for i in range(runs):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             settle(files or [], urls or [])
-            warm_memory(2 * writes_mib + 256)
             results[name].append(makers[name](i))
     return {
         name: Run(
@@ -428,7 +412,6 @@ def directory_figures(setup: Setup) -> list[str]:
     loc = server.location
     tree = work / "tree" / "dataset"
     make_tree(tree, args.files, args.file_kib * 1024)
-    mib = args.files * args.file_kib // 1024
     backdate(tree.parent)
     dpush = interleaved(
         args.dir_repeat,
@@ -437,7 +420,6 @@ def directory_figures(setup: Setup) -> list[str]:
             "k8s": lambda i: k8sjobs("push", loc, f"bench/k8sdir{i}:v", tree, env(i, "dir")),
         },
         files=[tree],
-        writes_mib=mib,
     )
     plain_tar = work / "tree.tar"
     subprocess.run(["tar", "-cf", str(plain_tar), "-C", str(tree.parent), "dataset"], check=True)
@@ -455,7 +437,6 @@ def directory_figures(setup: Setup) -> list[str]:
         },
         files=[plain_tar],
         urls=blob_urls(server, "bench/orasdir0", "bench/k8sdir0"),
-        writes_mib=mib,
     )
     o_dpush, k_dpush = dpush["oras"], dpush["k8s"]
     o_dpull, k_dpull = dpull["oras"], dpull["k8s"]
@@ -506,7 +487,6 @@ def file_figures(setup: Setup) -> list[str]:
             "k8s": lambda i: k8sjobs("push", loc, f"bench/k8s{i}:big", big, env(i, "big")),
         },
         files=[big],
-        writes_mib=args.size,  # the registry stores the blob
     )
     c_push, o_push, k_push = push["curl"], push["oras"], push["k8s"]
     row(f"push {args.size} MiB: rate", rate(mib, k_push), rate(mib, o_push), rate(mib, c_push))
@@ -523,7 +503,6 @@ def file_figures(setup: Setup) -> list[str]:
             ),
         },
         urls=[f"{base}/v2/bench/curl0/blobs/{digest}"],
-        writes_mib=args.size,
     )
     c_pull, o_pull, k_pull = pull["curl"], pull["oras"], pull["k8s"]
     row(
