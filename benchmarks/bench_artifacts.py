@@ -348,10 +348,10 @@ def scratch_filesystem(work: Path, gib: int) -> Iterator[tuple[Path, str]]:
     loop device (direct I/O, so pages are not cached twice); otherwise, or if that fails,
     ``work`` itself. Why: this VM's root is ext4 *without* a journal, and there ext4 will
     not reuse an inode freed in the last 60 s (360 s while its inode table block is dirty):
-    every create scans past all of them (``recently_deleted`` in perf). After a few hundred
-    runs that each delete 1000 files, creating 1000 files costs 0.25-0.65 s instead of
-    0.035 s, for every writer alike, and a 5x ratio shrinks to 2x. A journaled ext4, as on
-    a Kubernetes node, takes 0.035-0.045 s with deletions in between.
+    every create scans past all of them (``recently_deleted`` in perf). Right after runs
+    that each deleted 1000 files, creating 1000 files cost 0.25-0.65 s instead of 0.035 s,
+    for every writer alike, and a 5x ratio shrank to 2x. A journaled ext4, as on a
+    Kubernetes node, took 0.039-0.050 s with deletions in between.
     """
     device, why = loop_device(work / "scratch.img", gib)
     if device is None:
@@ -537,7 +537,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="size of the big file in MiB")
     parser.add_argument("--files", type=int, default=1000, help="files in the directory test")
     parser.add_argument("--file-kib", type=int, default=64, help="size of each of those files")
-    parser.add_argument(  # 3 left the push 87-98% of curl from run to run, 5 steadier
+    parser.add_argument(  # with 3, the push read 87-98% of curl from run to run
         "--repeat", type=int, default=5, help="runs per figure; the best counts"
     )
     parser.add_argument(
