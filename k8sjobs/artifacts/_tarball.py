@@ -144,25 +144,32 @@ class StoredGzip:
         self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
 
 
-def _walk(root: Path) -> list[tuple[str, str]]:
-    """Return (name in the archive, path) of every entry below ``root`` (inclusive), sorted
-    by that name; symlinks are listed, not followed. Strings, not Paths: this runs once per
-    entry on every push, and pathlib made it several times slower."""
-    out = [(root.name, str(root))]
+# An entry of a tree: its name in the archive, its path and its lstat.
+Entry = tuple[str, str, os.stat_result]
+
+
+def scan(root: Path) -> list[Entry]:
+    """Return every entry below ``root`` (inclusive), sorted by name in the archive;
+    symlinks are listed, not followed. One walk and one lstat per entry serve the
+    fingerprint, the choice of level and the archive. Strings, not Paths: this runs once
+    per entry on every push, and pathlib made it several times slower."""
+    found = [(root.name, str(root))]
     pending = [(str(root), root.name)]
     while pending:
         directory, name = pending.pop()
         with os.scandir(directory) as entries:
             for entry in entries:
                 inner = f"{name}/{entry.name}"
-                out.append((inner, entry.path))
+                found.append((inner, entry.path))
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((entry.path, inner))
-    out.sort()
-    return out
+    found.sort()
+    return [(name, path, os.lstat(path)) for name, path in found]
 
 
-def fingerprint(root: Path, compression: Compression, level: int | None) -> str | None:
+def fingerprint(
+    root: Path, entries: list[Entry], compression: Compression, level: int | None
+) -> str | None:
     """Return a key that changes when anything in the tree or the archive settings changes.
 
     Returns None when an entry changed in the last second: timestamps are too coarse to
@@ -171,8 +178,7 @@ def fingerprint(root: Path, compression: Compression, level: int | None) -> str 
     recent = time.time_ns() - 1_000_000_000
     hasher = hashlib.sha256(f"{os.path.realpath(root)}\0{compression}\0{level}".encode())
     skip = len(root.name) + 1
-    for name, path in _walk(root):
-        st = os.lstat(path)
+    for name, _, st in entries:
         if st.st_mtime_ns >= recent:
             return None
         hasher.update(
@@ -182,7 +188,7 @@ def fingerprint(root: Path, compression: Compression, level: int | None) -> str 
     return "dir:" + hasher.hexdigest()
 
 
-def choose_level(root: Path, compression: Compression, level: int | None) -> int:
+def choose_level(entries: list[Entry], compression: Compression, level: int | None) -> int:
     """Return the compression level to use: ``level`` if given, else one fitted to the data.
 
     For gzip, a sample of the files is compressed first: data that does not shrink (already
@@ -193,7 +199,7 @@ def choose_level(root: Path, compression: Compression, level: int | None) -> int
         return level
     if compression != "gzip":
         return 3
-    files = [Path(p) for _, p in _walk(root) if stat.S_ISREG(os.lstat(p).st_mode)]
+    files = [Path(path) for _, path, st in entries if stat.S_ISREG(st.st_mode)]
     sample = b"".join(
         _head(p) for p in files[:: max(1, len(files) // _SAMPLE_FILES)][:_SAMPLE_FILES]
     )
@@ -207,8 +213,11 @@ def _head(path: Path) -> bytes:
         return f.read(_SAMPLE_BYTES)
 
 
-def write_archive(root: Path, out: Writable, compression: Compression, level: int) -> ArchiveInfo:
-    """Write ``root`` as a deterministic archive to ``out``; return its digests and size."""
+def write_archive(
+    entries: list[Entry], out: Writable, compression: Compression, level: int
+) -> ArchiveInfo:
+    """Write a scanned tree as a deterministic archive to ``out``; return its digests and
+    size."""
     blob = _HashingWriter(out)
     inodes: dict[tuple[int, int], str] = {}
     compressor: Any
@@ -225,8 +234,8 @@ def write_archive(root: Path, out: Writable, compression: Compression, level: in
         compressor = blob
     # Uncompressed, the blob is the tar: one hash serves both digests.
     tar_stream = blob if compressor is blob else _HashingWriter(compressor)
-    for name, path in _walk(root):
-        _write_member(tar_stream, path, name, inodes)
+    for name, path, st in entries:
+        _write_member(tar_stream, path, name, st, inodes)
     tar_stream.write(_END)  # two zero blocks, then zeros to a whole record, as tarfile does
     tar_stream.write(bytes(-tar_stream.size % tarfile.RECORDSIZE))
     if compressor is not blob:
@@ -243,16 +252,19 @@ _KINDS = {
 
 
 def _write_member(
-    out: _HashingWriter, path: str, arcname: str, inodes: dict[tuple[int, int], str]
+    out: _HashingWriter,
+    path: str,
+    arcname: str,
+    st: os.stat_result,
+    inodes: dict[tuple[int, int], str],
 ) -> None:
     """Write one tar member as tarfile.addfile would (PAX, owners dropped, whole-second
     mtime: a fractional one costs an extra PAX header per member, which doubled the time to
     read the archive back), reading a file's bytes in large pieces straight into ``out``.
 
-    The header comes from one lstat, without tarfile.gettarinfo's user and group name
-    look-ups; a file seen before under another name (a hard link) becomes a link member.
+    The header comes from the scan's lstat, without tarfile.gettarinfo's user and group
+    name look-ups; a file seen before under another name (a hard link) becomes a link member.
     """
-    st = os.lstat(path)
     kind = _KINDS.get(stat.S_IFMT(st.st_mode))
     if kind is None:
         raise RegistryError(f"Cannot archive {path}: it is a device, fifo or socket.")

@@ -223,8 +223,9 @@ class _Pusher:
 
     async def dir_layer(self, path: Path) -> Descriptor:
         opts = self.opts
+        entries = await anyio.to_thread.run_sync(_tarball.scan, path)
         key = await anyio.to_thread.run_sync(
-            _tarball.fingerprint, path, opts.compression, opts.level
+            _tarball.fingerprint, path, entries, opts.compression, opts.level
         )
         cached = await anyio.to_thread.run_sync(self.cache.get, key) if key else None
         if cached:
@@ -234,8 +235,8 @@ class _Pusher:
         compression, level = opts.compression, opts.level
 
         def produce(out: _tarball.Writable) -> _tarball.ArchiveInfo:
-            chosen = _tarball.choose_level(path, compression, level)
-            return _tarball.write_archive(path, out, compression, chosen)
+            chosen = _tarball.choose_level(entries, compression, level)
+            return _tarball.write_archive(entries, out, compression, chosen)
 
         info = await self.backend.put_archive(self.ref, produce, self._sent(path.name, None))
         if key:
