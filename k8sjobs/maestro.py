@@ -45,11 +45,11 @@ from pydantic import (
 from .errors import AlreadyExists, ApiError, NotFound
 from .kube.client import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Kind, KubeClient
 from .kube.config import load_config
-from .kube.status import judge
 from .names import is_dns_label, job_name
 from .render import LABEL_HASH, MAIN_CONTAINER, Manifests, Target, render
 from .spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
 from .state import StepResult, StepState
+from .status import judge
 from .sync import run
 
 with warnings.catch_warnings():

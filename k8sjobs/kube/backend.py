@@ -37,6 +37,7 @@ from ..render import (
     Manifests,
 )
 from ..state import StepResult, StepState
+from ..status import IMAGE_ERRORS, grace_deadline, judge
 from .client import (
     CONFIGMAPS,
     JOBS,
@@ -49,7 +50,6 @@ from .client import (
     KubeClient,
 )
 from .config import ClusterConfig, load_config
-from .status import IMAGE_ERRORS, grace_deadline, judge
 from .watch import Change, Informer
 
 __all__ = ["KubernetesBackend"]

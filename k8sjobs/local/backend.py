@@ -32,7 +32,6 @@ import anyio
 
 from ..errors import SpecMismatch
 from ..handle import StepHandle
-from ..kube.status import judge
 from ..names import label_value
 from ..render import (
     ANNOTATION_STEP,
@@ -43,6 +42,7 @@ from ..render import (
     PUSH_CONTAINER,
 )
 from ..state import StepResult, StepState
+from ..status import judge
 from .podrunner import PodRunner
 from .slots import SlotScheduler
 

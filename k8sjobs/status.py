@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
-from ..state import StepResult, StepState
+from .render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
+from .state import StepResult, StepState
 
 __all__ = ["IMAGE_ERRORS", "grace_deadline", "judge", "parse_time"]
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from k8sjobs.kube.status import grace_deadline, judge
 from k8sjobs.state import StepResult, StepState
+from k8sjobs.status import grace_deadline, judge
 
 REFERENCE = Path("/work/shared/k8s-reference")
 if not REFERENCE.exists():  # CI lays shared/ beside the clone
-    REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "k8s-reference"
+    REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "k8s-reference"
 T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 P, R, S, F = StepState.PENDING, StepState.RUNNING, StepState.SUCCEEDED, StepState.FAILED
 
