@@ -1,26 +1,46 @@
 """StepHandle: the caller's grip on one submitted step.
 
-A handle's state is pushed into it by its backend's shared watcher, so reading
-``handle.state`` or awaiting ``handle.wait()`` costs no request. The handle only moves
-forward: once terminal, later news is ignored (a watch replay cannot resurrect a step).
+A handle's state is pushed into it by its backend's shared watcher through
+``handle.report(result)``, so reading ``handle.state`` or awaiting ``handle.wait()`` costs no
+request. The handle only moves forward: once terminal, later news is ignored (a watch replay
+cannot resurrect a step).
+
+``StepControl`` is what a handle asks of the backend that runs its step (cancel, logs); the
+``Backend`` protocol extends it, so this module needs nothing from ``backend.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .errors import StepFailed
 from .state import StepResult, StepState
 
 if TYPE_CHECKING:
-    from .backend import Backend
     from .spec import Step, StepOutput
 
-__all__ = ["StepHandle"]
+__all__ = ["StepControl", "StepHandle"]
 
 _ORDER = {StepState.PENDING: 0, StepState.RUNNING: 1}
+
+
+@runtime_checkable
+class StepControl(Protocol):
+    """What a handle needs from the backend running its step (part of ``Backend``)."""
+
+    #: Short name shown to users ("kubernetes", "local").
+    kind: str
+
+    async def cancel(self, handle: StepHandle) -> None:
+        """Stop the step and delete its objects; the handle ends CANCELLED."""
+
+    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
+        """Return the step's log text (the main container's unless ``container`` says)."""
+
+    def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
+        """Yield the step's log lines as they are written, until the step ends."""
 
 
 class StepHandle:
@@ -38,7 +58,7 @@ class StepHandle:
         study: str,
         object_name: str,
         namespace: str,
-        backend: Backend,
+        backend: StepControl,
         step: Step | None = None,
     ) -> None:
         self.name = name
@@ -108,10 +128,14 @@ class StepHandle:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    def _update(self, result: StepResult) -> bool:
-        """Take a newer snapshot from the backend; return whether anything changed.
+    def report(self, result: StepResult) -> bool:
+        """Take a newer snapshot of the step; return whether anything changed.
 
-        Terminal snapshots are final, and a step never goes back from RUNNING to PENDING.
+        This is how a backend (and the session, for a step it refuses to send) tells the
+        handle what it learned; callers of the library only read. Terminal snapshots are
+        final and a step never goes back from RUNNING to PENDING, so a backend may report
+        whatever its watch replays: stale news is dropped here and False is returned.
+        Listeners are called on a change of state and on the terminal snapshot.
         """
         current = self._result
         if self.done or result == current:

@@ -36,6 +36,7 @@ __all__ = [
     "Manifests",
     "Target",
     "output_reference",
+    "placement",
     "render",
 ]
 
@@ -152,14 +153,23 @@ def output_reference(study: str, step: str, output: str) -> str:
     return f"k8sjobs/{label_value(study)}/{label_value(step)}:{output}"
 
 
+def placement(step: Step, target: Target) -> tuple[str, str]:
+    """Return ``(object name, namespace)`` of ``step``'s Job (and ConfigMap) for ``target``.
+
+    The one place a step's names are worked out: ``render`` fills ``Manifests`` from it, and
+    the session names a handle from it before the step is rendered (a step waiting for its
+    inputs is rendered only once they are pinned).
+    """
+    return job_name(target.study, step.name), step.namespace or target.namespace
+
+
 def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] = {}) -> Manifests:
     """Return the manifests that run ``step`` for ``target``.
 
     ``inputs`` pins some inputs to exact references (for example a producer's output by
     digest once it is known); other ``StepOutput`` inputs resolve to the producer's tag.
     """
-    namespace = step.namespace or target.namespace
-    name = job_name(target.study, step.name)
+    name, namespace = placement(step, target)
     refs = _input_references(step, target, inputs)
     outputs = {key: output_reference(target.study, step.name, key) for key in step.outputs}
     if (refs or outputs) and target.store is None:

@@ -24,8 +24,7 @@ from typing import Any, Literal
 from .backend import Backend
 from .errors import SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
-from .names import job_name
-from .render import HANDOFF_IMAGE, Manifests, Target, render
+from .render import HANDOFF_IMAGE, Manifests, Target, placement, render
 from .spec import Step, StepOutput
 from .state import StepResult, StepState
 
@@ -258,8 +257,8 @@ class Session:
         raise ValueError(f'backend "{kind}" is unknown; use "kubernetes" or "local"')
 
     def _target(self, backend: Backend) -> Target:
-        store = self.store or getattr(backend, "default_store", None)
-        namespace = self._namespace or getattr(backend, "namespace", None) or "default"
+        store = self.store or backend.default_store
+        namespace = self._namespace or backend.namespace or "default"
         return Target(
             study=self.study,
             namespace=namespace,
@@ -290,12 +289,12 @@ class Session:
             return found, self._upstream(step, after)
         if found is not None:
             raise StudyError(f'Step "{step.name}" was already submitted in study "{self.study}"')
-        target = self._target(backend)
+        object_name, namespace = placement(step, self._target(backend))
         handle = StepHandle(
             name=step.name,
             study=self.study,
-            object_name=job_name(self.study, step.name),
-            namespace=step.namespace or target.namespace,
+            object_name=object_name,
+            namespace=namespace,
             backend=backend,
             step=step,
         )
@@ -313,7 +312,11 @@ class Session:
             outputs = self._handles[source.step].result.outputs
             if source.output in outputs:
                 pinned[key] = outputs[source.output]
-        return render(step, self._target(handle.backend), inputs=pinned)
+        return render(step, self._target(self._backend_of(handle)), inputs=pinned)
+
+    def _backend_of(self, handle: StepHandle) -> Backend:
+        """Return the backend of ``handle`` (the handle itself sees only its StepControl)."""
+        return next(b for b in self._backends.values() if b is handle.backend)
 
     def _defer(self, handle: StepHandle, upstream: list[StepHandle], replace: bool) -> None:
         task = asyncio.create_task(self._submit_after(handle, upstream, replace))
@@ -326,7 +329,7 @@ class Session:
         failed = [r for r in [await h.wait() for h in upstream] if not r.ok]
         if failed:
             names = ", ".join(f"{r.name} {r.state}" for r in failed)
-            handle._update(
+            handle.report(
                 handle.result.evolve(
                     state=StepState.FAILED,
                     reason="DependencyFailed",
@@ -339,9 +342,9 @@ class Session:
     async def _send(self, handle: StepHandle, manifests: Manifests, replace: bool) -> None:
         """Submit, reporting a refusal on the handle (nobody awaits a deferred submission)."""
         try:
-            await handle.backend.submit(handle, manifests, replace=replace)
+            await self._backend_of(handle).submit(handle, manifests, replace=replace)
         except Exception as exc:
-            handle._update(
+            handle.report(
                 handle.result.evolve(
                     state=StepState.FAILED, reason="SubmitFailed", message=str(exc)
                 )

@@ -94,3 +94,8 @@ def test_the_local_backend_imports_nothing_of_the_kubernetes_backend() -> None:
     for name in sorted(local):
         kube = sorted(t for t in graph[name] if t.split(".")[:2] == ["k8sjobs", "kube"])
         assert not kube, f"{name} imports {kube}: put what both backends need beside state.py"
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert not cycle, "import cycle: " + " -> ".join(cycle)

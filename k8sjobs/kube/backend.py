@@ -162,7 +162,7 @@ class StudyWatch:
         if result.state.terminal:
             self.backend._finish(self, handle, job, pods, result)
             return
-        handle._update(result)
+        handle.report(result)
         if result.reason in IMAGE_ERRORS:
             self._arm_timer(job_name, pods, grace)
 
@@ -228,6 +228,11 @@ class KubernetesBackend:
         if self._namespace:
             return self._namespace
         return self._config.namespace if self._config else None
+
+    @property
+    def default_store(self) -> str | None:
+        """Return None: a cluster has no artifact store of its own (the session names one)."""
+        return None
 
     @property
     def client(self) -> KubeClient:
@@ -410,7 +415,7 @@ class KubernetesBackend:
             await self.client.delete(
                 JOBS, handle.namespace, handle.object_name, propagation="Background"
             )
-        handle._update(
+        handle.report(
             handle.result.evolve(
                 state=StepState.CANCELLED,
                 reason="Cancelled",
@@ -432,7 +437,7 @@ class KubernetesBackend:
             else ("its Job was deleted by someone else")
         )
         reason = "Cancelled" if state is StepState.CANCELLED else "JobDeleted"
-        handle._update(
+        handle.report(
             handle.result.evolve(
                 state=state, reason=reason, message=message, finished_at=datetime.now(UTC)
             )
@@ -455,7 +460,7 @@ class KubernetesBackend:
         outputs = _tag_outputs(job)
         needs_io = result.state is StepState.FAILED or (result.ok and outputs)
         if not needs_io:
-            handle._update(result)
+            handle.report(result)
             return
         if key in self._finishing:
             return
@@ -476,7 +481,7 @@ class KubernetesBackend:
                 result = await self._save_failure(handle, pods, result)
         finally:
             self._finishing.discard((handle.namespace, handle.object_name))
-            handle._update(result)
+            handle.report(result)
         if not result.ok and not self.keep_failed:
             # Only now: the log is saved and the handle is final, so the deletion event
             # finds a terminal handle and is not mistaken for a LOST step.

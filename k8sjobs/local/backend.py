@@ -114,7 +114,7 @@ class LocalBackend:
             if current is not None:
                 current.follow(handle)
                 return
-            handle._update(_result_from_json(record["result"]))
+            handle.report(_result_from_json(record["result"]))
             return
         if current is not None and not current.handle.done:
             await current.cancel()
@@ -140,7 +140,7 @@ class LocalBackend:
                 namespace=record["namespace"],
                 backend=self,
             )
-            handle._update(_attached_result(record))
+            handle.report(_attached_result(record))
             handles.append(handle)
         return handles
 
@@ -157,7 +157,7 @@ class LocalBackend:
             for pid in _running_pids(record):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGTERM)
-            handle._update(handle.result.evolve(state=StepState.CANCELLED, reason="Cancelled"))
+            handle.report(handle.result.evolve(state=StepState.CANCELLED, reason="Cancelled"))
 
     async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
         """Return the log of the step's latest pod (its script's output by default)."""
@@ -246,7 +246,7 @@ class _JobRun:
     def follow(self, handle: StepHandle) -> None:
         """Keep ``handle`` (a resubmission of the same spec) as current as the original."""
         self.followers.append(handle)
-        handle._update(self.handle.result)
+        handle.report(self.handle.result)
 
     async def cancel(self) -> None:
         if self.task is not None and not self.task.done():
@@ -491,7 +491,7 @@ class _JobRun:
     def _publish(self, result: StepResult) -> None:
         changed = result.state is not self.handle.result.state
         for handle in (self.handle, *self.followers):
-            handle._update(result)
+            handle.report(result)
         if changed and not result.state.terminal:  # the final save is awaited by _main
             saving = asyncio.ensure_future(self._save())
             self._saving.add(saving)
