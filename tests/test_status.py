@@ -70,6 +70,10 @@ EXPECTED = {
     "job-indexed-3.json": ([P, R, S], "Completed", 0),
     "job-pod-failure-policy-failjob.json": ([P, R, F], "PodFailurePolicy", 42),
     "job-suspended-then-resumed.json": ([P, R, S], "Completed", 0),
+    "job-success-policy-index0.json": ([P, R, S], "Completed", 0),
+    "job-backoff-limit-per-index.json": ([P, R, F], "ExitCode", 1),
+    "job-evicted-pod-failure-policy-ignore.json": ([P, R, S], "Completed", 0),
+    "job-running-pod-deleted.json": ([P, R, F], "ExitCode", 143),
 }
 
 
