@@ -5,6 +5,7 @@ The public API is what this module exports; everything else is private to the pa
 
 from __future__ import annotations
 
+from ._version import __version__ as __version__
 from .artifacts import open_store
 from .errors import (
     AlreadyExists,
@@ -35,8 +36,6 @@ from .session import Session, default_session, submit_step
 from .spec import Resources, SecretKeyRef, Step, StepOutput, Toleration
 from .state import StepResult, StepState
 from .study import Study, StudyRun, load_study
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
+from ._version import __version__
 from .names import job_name, label_value
 from .spec import CONFIGMAP_LIMIT, SecretKeyRef, Step, StepOutput, find_launcher_calls
 
@@ -40,7 +41,9 @@ __all__ = [
     "render",
 ]
 
-HANDOFF_IMAGE = "ghcr.io/k8sjobs/handoff:0.1.0"
+#: The handoff image of this release, tagged with the package version (published by
+#: .github/workflows/release.yml; `k8sjobs image build` makes the same image for a mirror).
+HANDOFF_IMAGE = f"ghcr.io/k8sjobs/handoff:{__version__}"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 LABEL_STUDY = "k8sjobs.io/study"
 LABEL_STEP = "k8sjobs.io/step"
