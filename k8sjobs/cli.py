@@ -30,7 +30,7 @@ from rich.text import Text
 from .artifacts.cli import add_artifact_commands
 from .errors import K8sJobsError
 from .rbac import add_rbac_command
-from .render import Target, render
+from .render import HANDOFF_IMAGE, Target, render
 from .session import Session
 from .spec import Step
 from .state import StepResult, StepState
@@ -109,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     rend.add_argument("--namespace", default="default")
     rend.add_argument("--registry", help="artifact store for steps with inputs or outputs")
     rend.add_argument("--study", help="study name (default: the file's)")
+    rend.add_argument("--handoff-image", default=HANDOFF_IMAGE, help="the handoff image to use")
     rend.set_defaults(func=_cmd_render)
 
     report = commands.add_parser("report", help="write a study's timeline as HTML")
@@ -118,7 +119,70 @@ def _parser() -> argparse.ArgumentParser:
 
     add_artifact_commands(commands)
     add_rbac_command(commands)
+    _add_image_commands(commands)
     return parser
+
+
+def _add_image_commands(commands: Any) -> None:
+    from .image import DEFAULT_BASE, DEFAULT_PLATFORMS
+
+    image = commands.add_parser("image", help="build or mirror the handoff image")
+    verbs = image.add_subparsers(dest="verb", required=True)
+    build = verbs.add_parser(
+        "build", help="build the handoff image without Docker and push it to a registry"
+    )
+    build.add_argument("--push", required=True, metavar="REGISTRY/REPO:TAG", help="where to")
+    build.add_argument("--base", default=DEFAULT_BASE, help=f"base image (default {DEFAULT_BASE})")
+    build.add_argument(
+        "--platform",
+        action="append",
+        help=f"platform to build, repeatable (default {' and '.join(DEFAULT_PLATFORMS)})",
+    )
+    build.add_argument(
+        "--requirement",
+        action="append",
+        help="what pip installs, repeatable: a requirement or a wheel file "
+        "(default k8sjobs of this version)",
+    )
+    build.add_argument("--pip-arg", action="append", default=[], help="extra pip argument")
+    build.add_argument("--python-version", help="the base's Python, when it does not say")
+    build.add_argument("--plain-http", action="store_true", help="HTTP to the destination")
+    build.add_argument("--base-plain-http", action="store_true", help="HTTP to the base's")
+    build.set_defaults(func=_cmd_image_build)
+    commands_ = verbs.add_parser(
+        "commands", help="print the docker, buildah and kaniko commands that build it"
+    )
+    commands_.add_argument("destination", metavar="REGISTRY/REPO:TAG")
+    commands_.add_argument("--platform", action="append", help="platform, repeatable")
+    commands_.set_defaults(func=_cmd_image_commands)
+
+
+async def _cmd_image_build(args: argparse.Namespace) -> int:
+    from .image import ImageSpec, Platform, build_image
+
+    defaults = ImageSpec()
+    spec = ImageSpec(
+        base=args.base,
+        platforms=tuple(Platform.parse(p) for p in args.platform)
+        if args.platform
+        else defaults.platforms,
+        requirements=tuple(args.requirement or defaults.requirements),
+        pip_args=tuple(args.pip_arg),
+        python_version=args.python_version,
+    )
+    digest = await build_image(
+        args.push, spec, plain_http=args.plain_http, base_plain_http=args.base_plain_http
+    )
+    print(f"pushed {args.push}@{digest}")
+    print(f'use it: Session(handoff_image="{args.push}@{digest}")')
+    return 0
+
+
+def _cmd_image_commands(args: argparse.Namespace) -> int:
+    from .image import DEFAULT_PLATFORMS, build_commands
+
+    print(build_commands(args.destination, args.platform or DEFAULT_PLATFORMS))
+    return 0
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +199,12 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         "--registry", default=None, help="artifact store: host:port/prefix or oci:/path"
     )
     parser.add_argument("--plain-http", action="store_true", help="talk HTTP to the registry")
+    parser.add_argument(
+        "--handoff-image",
+        default=HANDOFF_IMAGE,
+        help="the image that pulls inputs and pushes outputs in the pods (default "
+        f"{HANDOFF_IMAGE}; a mirror: see `k8sjobs image build`)",
+    )
 
 
 def _session(args: argparse.Namespace, study: str) -> Session:
@@ -146,6 +216,7 @@ def _session(args: argparse.Namespace, study: str) -> Session:
         context=args.context,
         store=args.registry,
         plain_http=args.plain_http,
+        handoff_image=args.handoff_image,
         log_dir=args.state_dir / "logs",
         keep_failed=getattr(args, "keep_failed", False),
         options={"state_dir": args.state_dir} if args.backend == "local" else None,
@@ -242,7 +313,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
         steps, name = list(study.steps), study.name
     else:
         steps, name = [Step(**data)], args.study or "default"
-    target = Target(study=name, namespace=args.namespace, store=args.registry)
+    target = Target(
+        study=name,
+        namespace=args.namespace,
+        store=args.registry,
+        handoff_image=args.handoff_image,
+    )
     sys.stdout.write("---\n".join(render(step, target).to_yaml() for step in steps))
     return 0
 

@@ -13,7 +13,8 @@ from ..errors import RegistryError
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-MANIFEST_ACCEPT = ", ".join([MANIFEST, INDEX, DOCKER_MANIFEST])
+DOCKER_INDEX = "application/vnd.docker.distribution.manifest.list.v2+json"
+MANIFEST_ACCEPT = ", ".join([MANIFEST, INDEX, DOCKER_MANIFEST, DOCKER_INDEX])
 EMPTY_CONFIG = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG_DATA = b"{}"
 EMPTY_CONFIG_DIGEST = "sha256:" + hashlib.sha256(EMPTY_CONFIG_DATA).hexdigest()
