@@ -31,6 +31,15 @@ IMAGE_ERRORS = frozenset(
     }
 )
 
+_PULL_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull"})
+_HANDOFF = frozenset({PULL_CONTAINER, PUSH_CONTAINER})
+# A cluster without access to the published handoff image (air-gapped, or a registry
+# allow-list) fails every step with artifacts: say how to fix that, not only what failed.
+_MIRROR_HINT = (
+    "; the cluster cannot pull the handoff image: push it to a registry your cluster can "
+    "pull from (k8sjobs image build --push REGISTRY/handoff:TAG) and give that image "
+    "(Session(handoff_image=...) or --handoff-image)"
+)
 _FAILED_CONDITIONS = ("Failed", "FailureTarget")
 _COMPLETE_CONDITIONS = ("Complete", "SuccessCriteriaMet")
 # Job-level reasons that already say what decided the failure; the exit code goes along.
@@ -194,7 +203,10 @@ def _waiting_error(pod: Obj) -> tuple[str, str] | None:
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in IMAGE_ERRORS:
                 text = f"container {container.get('name')}: {waiting.get('message', '')}"
-                return str(waiting["reason"]), text.rstrip(": ")
+                text = text.rstrip(": ")
+                if waiting["reason"] in _PULL_ERRORS and container.get("name") in _HANDOFF:
+                    text += _MIRROR_HINT
+                return str(waiting["reason"]), text
     return None
 
 

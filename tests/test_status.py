@@ -226,6 +226,23 @@ def test_image_errors_fail_only_after_the_grace_time(reason: str) -> None:
     assert "after 30s" in late.message
 
 
+@pytest.mark.parametrize("container", ["k8sjobs-pull", "k8sjobs-push"])
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "ErrImagePull"])
+def test_a_handoff_image_that_cannot_be_pulled_says_how_to_mirror_it(
+    container: str, reason: str
+) -> None:
+    key = "initContainerStatuses" if container == "k8sjobs-pull" else "containerStatuses"
+    pod = _pod("Pending", **{key: [_waiting(container, reason)]})
+    result = _judge(_job(), pod, at=31)
+    assert (result.state, result.reason) == (F, reason)
+    assert "k8sjobs image build --push" in result.message
+
+
+def test_the_step_image_failing_to_pull_gets_no_mirror_hint() -> None:
+    result = _judge(_job(), _pod("Pending", _waiting("step", "ImagePullBackOff")), at=31)
+    assert "k8sjobs image" not in result.message
+
+
 def test_grace_deadline_is_when_the_earliest_error_expires() -> None:
     pod = _pod("Pending", _waiting("step", "ImagePullBackOff"))
     assert grace_deadline([pod], 30) == T0 + timedelta(seconds=30)
