@@ -19,6 +19,7 @@
         ├── ArtifactNotFound      the manifest or blob does not exist (404)
         ├── DigestMismatch        the bytes received do not match their digest or size
         ├── UnsafeArchive         a directory archive would write outside its target
+        ├── LimitExceeded         a manifest or a pull over its size limit
         ├── RegistryUnavailable   refused, timed out, or 5xx after the retries ran out
         └── UploadFailed          the registry rejected an upload
 
@@ -44,6 +45,7 @@ __all__ = [
     "Invalid",
     "InvalidReference",
     "K8sJobsError",
+    "LimitExceeded",
     "NotFound",
     "RegistryError",
     "RegistryUnavailable",
@@ -151,6 +153,10 @@ class DigestMismatch(RegistryError):
 
 class UnsafeArchive(RegistryError):
     """A directory archive holds a member that would escape its target directory."""
+
+
+class LimitExceeded(RegistryError):
+    """A manifest or a pull is larger than its limit allows (each message says how to raise it)."""
 
 
 class RegistryUnavailable(RegistryError):

@@ -24,6 +24,7 @@ import aiohttp
 from ..errors import (
     ArtifactNotFound,
     AuthenticationError,
+    LimitExceeded,
     RegistryError,
     RegistryUnavailable,
     UploadFailed,
@@ -36,6 +37,8 @@ BodyFactory = Callable[[], Any]
 # default 64 KiB stalls a download whenever the writer thread is busy; 4 MiB keeps the
 # socket drained while the previous chunk is written and hashed.
 READ_BUFFER = 4 * 1024 * 1024
+# The most a small JSON answer (a token, a page of tags) may be: more is a hostile server.
+MAX_JSON_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,45 @@ async def with_retries(operation: Callable[[], Awaitable[T]], policy: RetryPolic
             if attempt >= policy.attempts or time.monotonic() + pause > deadline:
                 raise RegistryUnavailable(f"{what}: {cause} (after {attempt} attempts).") from None
             await asyncio.sleep(pause)
+
+
+async def read_bounded(
+    resp: aiohttp.ClientResponse, limit: int, refuse: Callable[[int], None]
+) -> bytes:
+    """Return a whole response body of at most ``limit`` bytes; for a longer one, call
+    ``refuse(size seen)``, which raises.
+
+    One ``read(n)`` returns only what has arrived so far; this reads on to the end (or to
+    one byte past the limit), and refuses at once a body whose Content-Length is too long.
+    """
+    if resp.content_length is not None and resp.content_length > limit:
+        refuse(resp.content_length)
+    data = bytearray()
+    while len(data) <= limit:
+        chunk = await resp.content.read(limit + 1 - len(data))
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > limit:
+        refuse(len(data))
+    return bytes(data)
+
+
+def _too_large(what: str) -> Callable[[int], None]:
+    def refuse(size: int) -> None:
+        raise LimitExceeded(
+            f"{what}: the answer is over {MAX_JSON_BYTES >> 20} MiB ({size} bytes)."
+        )
+
+    return refuse
+
+
+def parse_json(body: bytes) -> Any:
+    """Return decoded JSON, or None for a body that is not JSON."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 def registry_message(body: bytes) -> str:
@@ -231,7 +273,8 @@ class Transport:
                     raise AuthenticationError(
                         f"The token server {realm} answered HTTP {resp.status}."
                     )
-                return _auth.token_from_response(await resp.json(content_type=None), realm)
+                body = await read_bounded(resp, MAX_JSON_BYTES, _too_large(f"The token of {host}"))
+                return _auth.token_from_response(parse_json(body), realm)
 
         return await with_retries(attempt, self.retry, f"Getting a token for {host}")
 

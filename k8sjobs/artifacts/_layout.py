@@ -61,7 +61,10 @@ class OCILayout(_transfer.StoreFront):
     # -- files (blocking, run in worker threads) ----------------------------------------
 
     def _blob_path(self, digest: str) -> Path:
-        algorithm, _, hexdigest = digest.partition(":")
+        # The digest becomes a path: only the OCI grammar may pass (no "..", no "/").
+        algorithm, _, hexdigest = _media.check_digest(digest, f"A blob in {self.root}").partition(
+            ":"
+        )
         return self.root / "blobs" / algorithm / hexdigest
 
     def _ensure(self) -> None:
@@ -255,8 +258,12 @@ class OCILayout(_transfer.StoreFront):
 
         def read() -> tuple[bytes, str, str]:
             digest = self._lookup(ref)
-            data = self._blob_path(digest).read_bytes()
-            if _media.sha256_digest(data) != digest:
+            where = f"{ref} (in {self.root})"
+            with self._blob_path(digest).open("rb") as f:
+                _media.check_manifest_size(os.fstat(f.fileno()).st_size, where)
+                data = f.read(_media.MAX_MANIFEST_BYTES + 1)  # a file can grow meanwhile
+            _media.check_manifest_size(len(data), where)
+            if _media.digest_like(data, digest) != digest:
                 raise DigestMismatch(
                     f"The manifest of {ref} in {self.root} does not match {digest}."
                 )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import RegistryError
+from ..errors import InvalidReference, LimitExceeded, RegistryError
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 INDEX = "application/vnd.oci.image.index.v1+json"
@@ -28,14 +29,50 @@ REF_NAME = "org.opencontainers.image.ref.name"
 UNPACK = "io.deis.oras.content.unpack"
 CONTENT_DIGEST = "io.deis.oras.content.digest"
 
-# A manifest larger than this is refused: manifests are small, and reading one whole into
-# memory must stay cheap even against a hostile server.
+# A manifest larger than this is refused: the OCI distribution spec lets a registry refuse
+# one over 4 MiB, and reading one whole into memory must stay cheap against a hostile server.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# The OCI digest grammar, restricted to the registered algorithms: a digest names a file
+# (blobs/<algorithm>/<encoded>) and a URL path, so nothing else may pass.
+_DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
 
 
 def sha256_digest(data: bytes) -> str:
     """Return the ``sha256:<hex>`` digest of ``data``."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def check_digest(digest: object, what: str) -> str:
+    """Return ``digest`` if it is ``sha256:<64 hex>`` or ``sha512:<128 hex>`` (lowercase),
+    else raise InvalidReference naming ``what`` carries it. Called before a digest is used
+    to build any path or URL."""
+    if isinstance(digest, str) and _DIGEST.fullmatch(digest):
+        return digest
+    raise InvalidReference(
+        f"{what}: {str(digest)[:80]!r} is not a valid digest; "
+        'write "sha256:<64 lowercase hex>" (or "sha512:<128 lowercase hex>").'
+    )
+
+
+def new_hasher(digest: str) -> hashlib._Hash:
+    """Return a fresh hasher of the algorithm ``digest`` (already checked) names."""
+    return hashlib.sha512() if digest.startswith("sha512:") else hashlib.sha256()
+
+
+def digest_like(data: bytes, expected: str) -> str:
+    """Return the digest of ``data`` in the algorithm of ``expected`` (a checked digest)."""
+    hasher = new_hasher(expected)
+    hasher.update(data)
+    return f"{expected.partition(':')[0]}:{hasher.hexdigest()}"
+
+
+def check_manifest_size(size: int, where: str) -> None:
+    """Raise LimitExceeded when a manifest of ``size`` bytes is over the spec's 4 MiB."""
+    if size > MAX_MANIFEST_BYTES:
+        raise LimitExceeded(
+            f"The manifest of {where} is larger than 4 MiB ({size} bytes or more), the most the "
+            "OCI distribution spec requires a registry to accept; k8sjobs refuses it."
+        )
 
 
 @dataclass(frozen=True)
@@ -72,13 +109,20 @@ class Descriptor:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> Descriptor:
-        """Return the Descriptor in an OCI JSON object, or raise RegistryError."""
-        try:
-            annotations = data.get("annotations") or {}
-            return cls(str(data["mediaType"]), str(data["digest"]), int(data["size"]), annotations)
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise RegistryError(f"Malformed OCI descriptor {data!r:.200}.") from exc
+    def from_json(cls, data: Any, where: str = "a manifest") -> Descriptor:
+        """Return the Descriptor in an OCI JSON object, or raise RegistryError: its digest
+        must follow the OCI grammar and its size be a non-negative integer."""
+        if not isinstance(data, dict) or not isinstance(data.get("mediaType"), str):
+            raise RegistryError(f"{where}: malformed OCI descriptor {data!r:.200}.")
+        size, annotations = data.get("size"), data.get("annotations") or {}
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise RegistryError(f"{where}: descriptor size {size!r:.40} is not a size in bytes.")
+        if not isinstance(annotations, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
+        ):
+            raise RegistryError(f"{where}: descriptor annotations must map strings to strings.")
+        digest = check_digest(data.get("digest"), f"{where}: descriptor digest")
+        return cls(data["mediaType"], digest, size, annotations)
 
 
 EMPTY_CONFIG_DESCRIPTOR = Descriptor(EMPTY_CONFIG, EMPTY_CONFIG_DIGEST, len(EMPTY_CONFIG_DATA))
@@ -122,12 +166,20 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
     ):
         kind = body.get("mediaType") if isinstance(body, dict) else type(body).__name__
         raise RegistryError(f"{where} is a {kind}, not an artifact manifest.")
-    layers = tuple(Descriptor.from_json(layer) for layer in body.get("layers") or [])
+    raw_layers = body.get("layers") or []
+    if not isinstance(raw_layers, list):
+        raise RegistryError(f'The manifest of {where}: "layers" is not a list.')
+    layers = tuple(Descriptor.from_json(layer, f"The manifest of {where}") for layer in raw_layers)
+    config = body.get("config") or EMPTY_CONFIG_DESCRIPTOR.to_json()
+    annotations = body.get("annotations") or {}
+    artifact_type = body.get("artifactType")
+    if not isinstance(annotations, dict) or not isinstance(artifact_type, str | None):
+        raise RegistryError(f"The manifest of {where} has malformed annotations or artifactType.")
     return Manifest(
         layers=layers,
-        config=Descriptor.from_json(body.get("config") or EMPTY_CONFIG_DESCRIPTOR.to_json()),
-        artifact_type=body.get("artifactType"),
-        annotations=body.get("annotations") or {},
+        config=Descriptor.from_json(config, f"The manifest of {where}"),
+        artifact_type=artifact_type,
+        annotations=annotations,
     )
 
 

@@ -10,11 +10,15 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidReference
+from ._media import check_digest as _check_digest
 
+# The distribution reference grammar. Patterns are matched with fullmatch and re.ASCII:
+# "$" would let a trailing newline through, and "\w" non-ASCII letters, into a URL.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-DIGEST_PATTERN = re.compile(r"^sha256:[a-f0-9]{64}$")
+_REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
 DEFAULT_TAG = "latest"
 
 
@@ -47,32 +51,54 @@ def looks_like_host(component: str) -> bool:
     return "." in component or ":" in component or component == "localhost"
 
 
-def check_digest(digest: str) -> str:
-    """Return ``digest`` if it is a well-formed sha256 digest, else raise InvalidReference."""
-    if not DIGEST_PATTERN.match(digest):
-        raise InvalidReference(f'"{digest}" is not a sha256 digest; write "sha256:<64 hex>".')
-    return digest
+def check_host(host: str, what: str) -> str:
+    """Return ``host`` if it is ``name[:port]`` or ``[ipv6][:port]``, else raise
+    InvalidReference naming ``what`` (the reference or store location it came from)."""
+    if "@" in host:
+        raise InvalidReference(
+            f"{what}: a registry location cannot hold credentials (user:password@host). "
+            "Pass credentials=Credentials(user, password) to open_store, set "
+            "K8SJOBS_REGISTRY_USERNAME and K8SJOBS_REGISTRY_PASSWORD, or run docker login."
+        )
+    if not _HOST.fullmatch(host) or not host.isascii():
+        raise InvalidReference(
+            f'{what}: "{host[:80]}" is not a registry host; write host[:port], '
+            'e.g. "registry.example:5000" or "127.0.0.1:5000".'
+        )
+    return host
+
+
+def check_repository(name: str, what: str) -> str:
+    """Return ``name`` if it is a valid repository path, else raise InvalidReference."""
+    if not name.isascii() or not _REPOSITORY.fullmatch(name):
+        raise InvalidReference(
+            f'{what}: repository "{name[:80]}" must be lowercase path components '
+            'of letters, digits and separators, e.g. "study/train:v1".'
+        )
+    return name
 
 
 def parse_reference(text: str) -> Reference:
     """Return the Reference that ``text`` spells, or raise InvalidReference saying why."""
+    what = f"Reference {text[:200]!r}"
+    if not text:
+        raise InvalidReference('Reference is empty; write "repository:tag", e.g. "study/a:v1".')
     registry = None
     first, sep, rest = text.partition("/")
     if sep and looks_like_host(first):
-        registry, text = first, rest
+        registry, text = check_host(first, what), rest
     name, at, digest = text.partition("@")
     tag = None
     if not at:
         head, colon, maybe_tag = name.rpartition(":")
         if colon and "/" not in maybe_tag:
             name, tag = head, maybe_tag
-    if not _REPOSITORY.match(name):
-        raise InvalidReference(
-            f'Reference "{text}": repository "{name}" must be lowercase path components '
-            'of letters, digits and separators, e.g. "study/train:v1".'
-        )
+    check_repository(name, what)
     if at:
-        return Reference(name, None, check_digest(digest), registry)
-    if tag is not None and not _TAG.match(tag):
-        raise InvalidReference(f'Reference "{text}": tag "{tag}" is not a valid tag.')
+        return Reference(name, None, _check_digest(digest, what), registry)
+    if tag is not None and not (tag.isascii() and _TAG.fullmatch(tag)):
+        raise InvalidReference(
+            f'{what}: tag "{tag[:80]}" is not a valid tag (letters, digits, "_", "." and "-", '
+            "at most 128, not starting with . or -)."
+        )
     return Reference(name, tag or DEFAULT_TAG, None, registry)

@@ -19,21 +19,30 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference, RegistryError
+from ..errors import (
+    ArtifactNotFound,
+    DigestMismatch,
+    InvalidReference,
+    LimitExceeded,
+    RegistryError,
+)
 from . import _media, _transfer
 from ._auth import Credentials
 from ._digest import DigestCache, hash_file
 from ._http import (
+    MAX_JSON_BYTES,
     BodyFactory,
     RetryPolicy,
     TakenBody,
     Timeouts,
     Transport,
+    parse_json,
+    read_bounded,
     take_body,
     with_retries,
 )
 from ._media import Descriptor
-from ._reference import Reference, parse_reference
+from ._reference import Reference, check_host, check_repository, parse_reference
 from ._streams import (
     ArchivePipe,
     BlobSink,
@@ -91,6 +100,10 @@ class _FileRange(aiohttp.payload.Payload):
         raise TypeError("a file range is not text")
 
 
+def _too_large_tags(repository: str, size: int) -> None:
+    raise LimitExceeded(f"Listing tags of {repository}: a page of the answer is {size} bytes.")
+
+
 class Registry(_transfer.StoreFront):
     """An OCI registry at ``location`` (``host[:port][/prefix]``), as an ArtifactStore.
 
@@ -116,6 +129,10 @@ class Registry(_transfer.StoreFront):
         host, _, prefix = location.strip("/").partition("/")
         if not host:
             raise InvalidReference(f'Registry location "{location}" names no host.')
+        what = "Registry location " + (repr(location) if "@" not in host else "(redacted)")
+        check_host(host, what)
+        if prefix:
+            check_repository(prefix, what)
         self.host, self.prefix = host, prefix
         self.concurrency = concurrency
         self.chunk_size, self.monolithic_limit = chunk_size, monolithic_limit
@@ -159,6 +176,10 @@ class Registry(_transfer.StoreFront):
     def _url(self, ref: Reference, tail: str) -> str:
         return f"{self._transport.base_url(ref.registry or self.host)}/v2/{ref.repository}/{tail}"
 
+    def _blob_url(self, ref: Reference, digest: str) -> str:
+        # Checked here too, not only where manifests are read: a digest is a URL path.
+        return self._url(ref, f"blobs/{_media.check_digest(digest, f'A blob of {ref}')}")
+
     @staticmethod
     def _scope(ref: Reference, push: bool = False) -> str:
         return f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
@@ -175,7 +196,7 @@ class Registry(_transfer.StoreFront):
             resp = await self._send(
                 "HEAD",
                 ref,
-                self._url(ref, f"blobs/{digest}"),
+                self._blob_url(ref, digest),
                 f"Checking blob {digest[:19]} of {ref}",
                 scope=self._scope(ref, True),
             )
@@ -446,7 +467,7 @@ class Registry(_transfer.StoreFront):
 
     async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str:
         """Store a manifest under ``ref``'s tag (or digest); return its digest."""
-        digest = _media.sha256_digest(data)
+        digest = _media.digest_like(data, ref.digest) if ref.digest else _media.sha256_digest(data)
         target = ref.digest or ref.tag or digest
         if ref.digest and ref.digest != digest:
             raise DigestMismatch(f"The manifest for {ref} has digest {digest}.")
@@ -476,11 +497,13 @@ class Registry(_transfer.StoreFront):
             headers={"Accept": _media.MANIFEST_ACCEPT},
         )
         async with resp:
-            data = await resp.content.read(_media.MAX_MANIFEST_BYTES + 1)
-        if len(data) > _media.MAX_MANIFEST_BYTES:
-            raise RegistryError(f"{what}: the manifest is larger than 4 MiB.")
-        digest = _media.sha256_digest(data)
-        expected = ref.digest or resp.headers.get("Docker-Content-Digest")
+            data = await read_bounded(
+                resp,
+                _media.MAX_MANIFEST_BYTES,
+                lambda size: _media.check_manifest_size(size, f"{ref} (from the registry)"),
+            )
+        expected = ref.digest or self._header_digest(resp, what)
+        digest = _media.digest_like(data, expected) if expected else _media.sha256_digest(data)
         if expected and expected != digest:
             raise DigestMismatch(f"{what}: the manifest has digest {digest}, expected {expected}.")
         return data, resp.headers.get("Content-Type", _media.MANIFEST), digest
@@ -495,7 +518,7 @@ class Registry(_transfer.StoreFront):
         """Stream a blob into a fresh sink per attempt, which verifies its size and digest;
         return the sink that succeeded. Retried from scratch."""
         what = f"Fetching {desc.title or desc.digest} of {ref}"
-        url = self._url(ref, f"blobs/{desc.digest}")
+        url = self._blob_url(ref, desc.digest)
         count = _transfer.AttemptBytes(received)
 
         async def attempt() -> BlobSink:
@@ -572,6 +595,12 @@ class Registry(_transfer.StoreFront):
         finally:
             await worker.close()
 
+    @staticmethod
+    def _header_digest(resp: aiohttp.ClientResponse, what: str) -> str | None:
+        """Return the Docker-Content-Digest header, checked against the digest grammar."""
+        digest = resp.headers.get("Docker-Content-Digest")
+        return None if digest is None else _media.check_digest(digest, f"{what}: the registry")
+
     # -- ArtifactStore ------------------------------------------------------------------
 
     async def resolve(self, reference: str) -> str:
@@ -586,10 +615,10 @@ class Registry(_transfer.StoreFront):
             headers={"Accept": _media.MANIFEST_ACCEPT},
         )
         resp.release()
-        digest = resp.headers.get("Docker-Content-Digest")
+        digest = self._header_digest(resp, f"Resolving {ref}")
         if digest is None:
             _, _, digest = await self.get_manifest(ref)
-        return str(digest)
+        return digest
 
     async def tags(self, repository: str) -> list[str]:
         """Return the repository's tags, following pagination; [] for an unknown repository."""
@@ -604,8 +633,14 @@ class Registry(_transfer.StoreFront):
             except ArtifactNotFound:
                 return []
             async with resp:
-                body = await resp.json(content_type=None)
-            found.extend(body.get("tags") or [])
+                data = await read_bounded(
+                    resp, MAX_JSON_BYTES, lambda n: _too_large_tags(repository, n)
+                )
+            body = parse_json(data)
+            tags = body.get("tags") if isinstance(body, dict) else None
+            if not isinstance(tags, list | None):
+                raise RegistryError(f"Listing tags of {repository}: the answer is malformed.")
+            found.extend(str(tag) for tag in tags or [])
             link = resp.links.get("next")
             url = urljoin(url, str(link["url"])) if link else None
         return sorted(found)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from ..errors import DigestMismatch, RegistryError
-from . import _tarball, _untar
+from . import _media, _tarball, _untar
 from ._fd import Buffer, write_all
 
 T = TypeVar("T")
@@ -64,7 +64,7 @@ class BlobSink:
     hash_on_receive = False
 
     def __init__(self, digest: str, size: int, where: str) -> None:
-        self._hasher = hashlib.sha256()
+        self._hasher = _media.new_hasher(digest)
         self.digest, self.size, self.where = digest, size, where
         self.written = 0
 
@@ -96,7 +96,7 @@ class BlobSink:
 
     def finish(self) -> None:
         """Raise DigestMismatch unless size and digest both match (the caller has closed)."""
-        actual = "sha256:" + self._hasher.hexdigest()
+        actual = f"{self.digest.partition(':')[0]}:{self._hasher.hexdigest()}"
         if self.written != self.size:
             raise DigestMismatch(
                 f"{self.where}: received {self.written} bytes, expected {self.size}."
