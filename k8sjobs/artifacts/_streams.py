@@ -152,9 +152,13 @@ class VerifyingExtractor(BlobSink):
 
     hash_on_receive = True
 
-    def __init__(self, staging: Path, media_type: str, digest: str, size: int, where: str):
+    def __init__(
+        self, staging: Path, media_type: str, digest: str, size: int, where: str, root: str
+    ):
         super().__init__(digest, size, where)
-        self._extractor = _untar.Extractor(staging, media_type, _tarball.zstandard_module)
+        self._extractor = _untar.Extractor(
+            staging, media_type, _tarball.zstandard_module, root=root
+        )
         self._failure: Exception | None = None
         self.tops: list[str] = []
 

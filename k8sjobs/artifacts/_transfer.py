@@ -7,7 +7,9 @@ files and directories into layers and back, several blobs at a time, verifying a
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import posixpath
 import shutil
 import tempfile
 import time
@@ -266,9 +268,19 @@ class _Pusher:
             await self.backend.put_blob_bytes(self.ref, _media.EMPTY_CONFIG_DATA, desc.digest)
 
 
+def overlapping_titles(titles: Sequence[str]) -> tuple[str, str] | None:
+    """Return two layer titles that name the same path or one inside the other (``d`` and
+    ``d/x.txt``), or None. Such layers would write over each other, in whichever order
+    they happened to finish. Titles are compared normalised, path component by component."""
+    ordered = sorted((posixpath.normpath(t).split("/"), t) for t in titles)
+    for (a, title_a), (b, title_b) in itertools.pairwise(ordered):
+        if b[: len(a)] == a:
+            return title_a, title_b
+    return None
+
+
 def _check_paths(given: Sequence[Path]) -> list[Path]:
     """Return the paths made absolute, or raise if one is missing, special, or a duplicate name."""
-    names: set[str] = set()
     paths = [Path(os.path.abspath(p)) for p in given]
     for path in paths:
         if not path.exists():
@@ -277,9 +289,12 @@ def _check_paths(given: Sequence[Path]) -> list[Path]:
             raise RegistryError(
                 f"Cannot push {path}: only regular files and directories can be pushed."
             )
-        if path.name in names:
-            raise RegistryError(f'Cannot push two paths named "{path.name}" in one artifact.')
-        names.add(path.name)
+    overlap = overlapping_titles([path.name for path in paths])
+    if overlap is not None:
+        raise RegistryError(
+            f'Cannot push two paths named "{overlap[0]}" in one artifact; rename one, '
+            "or push them as two artifacts."
+        )
     return paths
 
 
@@ -357,11 +372,14 @@ async def _pull_archive(
     """Extract a directory layer while it downloads, into a staging directory per attempt;
     move what it holds into ``target`` only once the digest and every member are checked."""
     stagings: list[Path] = []
+    desc_root = _layer_destination(Path("/"), desc).name  # members must all be under it
 
     def sink(where: str) -> VerifyingExtractor:
         staging = Path(tempfile.mkdtemp(prefix=".k8sjobs-extract-", dir=target))
         stagings.append(staging)
-        return VerifyingExtractor(staging, desc.media_type, desc.digest, desc.size, where)
+        return VerifyingExtractor(
+            staging, desc.media_type, desc.digest, desc.size, where, root=desc_root
+        )
 
     try:
         done = await backend.fetch_blob(ref, desc, sink, report)
@@ -414,6 +432,12 @@ async def pull_to(
     layers = [layer for layer in manifest.layers if layer.title]
     for layer in layers:
         _layer_destination(target, layer)  # refuse a hostile title before fetching anything
+    overlap = overlapping_titles([layer.title or "" for layer in layers])
+    if overlap is not None:
+        raise UnsafeArchive(
+            f'{display or ref}: layers "{overlap[0]}" and "{overlap[1]}" would write the same '
+            "path (one is, or is inside, the other); nothing was written."
+        )
     written: list[list[Path]] = [[] for _ in layers]
     limiter = anyio.Semaphore(max(1, concurrency))
 

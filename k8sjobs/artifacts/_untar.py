@@ -167,10 +167,12 @@ def _pax_records(data: bytes) -> dict[str, Any]:
 
 
 class _Tar:
-    """The tar parser proper: a state machine fed with decompressed views."""
+    """The tar parser proper: a state machine fed with decompressed views. With ``root``,
+    every member (and every symlink's destination) must be ``root`` or under it."""
 
-    def __init__(self, target: Path) -> None:
+    def __init__(self, target: Path, root: str | None = None) -> None:
         self._base = str(target)
+        self._root = root
         self._held = bytearray()  # a header, or a pax/long-name record, split across pieces
         self._want = _BLOCK  # bytes still to collect into _held
         self._meta_type = b""
@@ -303,9 +305,15 @@ class _Tar:
                 os.chmod(path, _data_mode(member.mode))
                 os.utime(path, (member.mtime, member.mtime))
 
+    def _under_root(self, name: str) -> bool:
+        root = self._root
+        return root is None or name in (root, ".") or name.startswith(root + "/")
+
     def _check(self, member: _Member) -> str:
         """Refuse a member that could write outside the target; return its path."""
         name = inside(member.name)
+        if not self._under_root(name):
+            raise UnsafeArchive(f'member "{member.name}" is outside the layer "{self._root}"')
         kind = member.type
         if kind not in _REGULAR and kind not in (_DIR, _SYMLINK, _LINK):
             raise UnsafeArchive(f'member "{member.name}" is a device, fifo or other special file')
@@ -321,7 +329,12 @@ class _Tar:
                 raise UnsafeArchive(
                     f'symlink "{member.name}" points to absolute "{member.linkname}"'
                 )
-            inside(posixpath.join(posixpath.dirname(name), member.linkname))
+            if not self._under_root(
+                inside(posixpath.join(posixpath.dirname(name), member.linkname))
+            ):
+                raise UnsafeArchive(
+                    f'symlink "{member.name}" points outside the layer "{self._root}"'
+                )
             self._links.add(name)
         elif kind == _LINK:
             target = inside(member.linkname)
@@ -527,15 +540,22 @@ class _Forward:
 
 
 class Extractor:
-    """Extract one archive into the empty directory ``target`` as it is fed (blocking).
+    """Extract one archive into the empty directory ``target`` as it is fed (blocking);
+    with ``root`` (a layer's title), only ``root`` and what is under it.
 
     ``feed`` raises UnsafeArchive on the first unsafe member or corrupt byte; ``close``
     returns the top-level names once the archive is complete; ``abort`` closes what is
     open. What is in ``target`` after a failure is partial and the caller's to discard.
     """
 
-    def __init__(self, target: Path, media_type: str, zstandard: Callable[[], Any]) -> None:
-        self._tar = _Tar(target)
+    def __init__(
+        self,
+        target: Path,
+        media_type: str,
+        zstandard: Callable[[], Any],
+        root: str | None = None,
+    ) -> None:
+        self._tar = _Tar(target, root)
         self._decoder: _Gunzip | _Unzstd | None = None
         if media_type.endswith("+zstd"):
             self._decoder = _Unzstd(self._tar.feed, zstandard())
