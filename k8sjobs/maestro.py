@@ -42,11 +42,13 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import AlreadyExists, ApiError, NotFound
-from .kube.client import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Kind, KubeClient
+from .errors import ApiError, NotFound
+from .kube.client import JOBS, PODS, Kind, KubeClient
 from .kube.config import load_config
+from .kube.create import create_step
+from .kube.watch import wait_deleted
 from .names import is_dns_label, job_name
-from .render import LABEL_HASH, MAIN_CONTAINER, Manifests, Target, render
+from .render import MAIN_CONTAINER, Manifests, Target, render
 from .spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
 from .state import StepResult, StepState
 from .status import judge
@@ -82,7 +84,6 @@ ANNOTATION_LOG = "maestro.k8sjobs.io/log-name"
 JOB_NAME_VARIABLE = "KUBE_JOB_NAME"
 #: Seconds one blocking call may take before Maestro is told it failed.
 CALL_TIMEOUT = 300.0
-_KINDS = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
 #: Pod failure reasons that say the machine, not the step, failed: Maestro resubmits.
 _HARDWARE_REASONS = frozenset({"Evicted", "NodeLost", "Preempted", "NodeShutdown"})
 _DISRUPTIONS = frozenset(
@@ -508,32 +509,15 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
             current = await client.get(JOBS, namespace, name)
         except NotFound:
             current = None
-        if current is not None:
-            same = _hash(current) == manifests.spec_hash
-            if same and not _ended(current) and not _deleting(current):
-                return
-            await client.delete(JOBS, namespace, name, propagation="Foreground")
-            await _wait_gone(client, namespace, name)
-        for obj in manifests.objects()[:-1]:
-            kind = _KINDS[obj["kind"]]
-            try:
-                await client.create(kind, namespace, obj)
-            except AlreadyExists:
-                # Left behind by an earlier Job of this name: nothing runs from it now.
-                await client.delete(kind, namespace, name, propagation="Background")
-                await client.create(kind, namespace, obj)
-        job = await client.create(JOBS, namespace, manifests.job)
-        owner = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": name,
-            "uid": job["metadata"]["uid"],
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }
-        for obj in manifests.objects()[:-1]:
-            patch = {"metadata": {"ownerReferences": [owner]}}
-            await client.merge_patch(_KINDS[obj["kind"]], namespace, name, patch)
+        timeout = client.options.timeout * 4
+        await create_step(
+            client,
+            manifests,
+            current=current,
+            replace=True,
+            gone=lambda: wait_deleted(client, JOBS, namespace, name, timeout=timeout),
+            rerun=_ended,
+        )
 
     # ---- check and cancel ------------------------------------------------------------
 
@@ -568,7 +552,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         client = await _client(self.settings)
         now = datetime.now(UTC)
         for namespace, names in wanted.items():
-            jobs = await _list_all(client, JOBS, namespace, f"{LABEL_ADAPTER}=kubernetes")
+            jobs = await _own_objects(client, JOBS, namespace)
             by_name = {j["metadata"]["name"]: j for j in jobs}
             ended = [n for n in names if n in by_name and _ended(by_name[n])]
             pods = await _pods_by_job(client, namespace) if ended else {}
@@ -671,25 +655,20 @@ def _close_clients() -> None:
         run(close(), 5.0)
 
 
-async def _list_all(client: KubeClient, kind: Kind, namespace: str, selector: str) -> list[Any]:
-    """Return every object of ``kind`` matching ``selector`` (following pages, if any)."""
-    items: list[Any] = []
-    params: dict[str, str] = {}
-    while True:
-        try:
-            page = await client.list(kind, namespace, selector, **params)
-        except NotFound:
-            return items
-        items.extend(page.get("items") or ())
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return items
-        params = {"continue": token}
+async def _own_objects(client: KubeClient, kind: Kind, namespace: str) -> list[Any]:
+    """Return every object of ``kind`` this adapter made in ``namespace`` (none if it is gone)."""
+    try:
+        # No page limit: one request per namespace, whatever the number of jobs, while the
+        # server answers in one; its continue tokens are followed if it does not.
+        found = await client.list_all(kind, namespace, f"{LABEL_ADAPTER}=kubernetes", limit=0)
+    except NotFound:
+        return []
+    return list(found["items"])
 
 
 async def _pods_by_job(client: KubeClient, namespace: str) -> dict[str, list[Any]]:
     pods: dict[str, list[Any]] = {}
-    for pod in await _list_all(client, PODS, namespace, f"{LABEL_ADAPTER}=kubernetes"):
+    for pod in await _own_objects(client, PODS, namespace):
         labels = pod["metadata"].get("labels") or {}
         job = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
         if job:
@@ -753,14 +732,6 @@ def _study_name(cwd: str) -> str | None:
     return None
 
 
-def _hash(obj: Mapping[str, Any]) -> str:
-    return str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_HASH, ""))
-
-
-def _deleting(obj: Mapping[str, Any]) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
 def _ended(job: Mapping[str, Any]) -> bool:
     """Return whether the Job's outcome is decided (FailureTarget comes before Failed)."""
     decided = ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget")
@@ -768,16 +739,3 @@ def _ended(job: Mapping[str, Any]) -> bool:
         if cond.get("type") in decided and cond.get("status") == "True":
             return True
     return False
-
-
-async def _wait_gone(client: KubeClient, namespace: str, name: str, timeout: float = 60.0) -> None:
-    """Return once the Job ``name`` no longer exists (after a Foreground delete)."""
-    delay = 0.05
-    async with asyncio.timeout(timeout):
-        while True:
-            try:
-                await client.get(JOBS, namespace, name)
-            except NotFound:
-                return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)

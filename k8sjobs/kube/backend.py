@@ -1,11 +1,9 @@
-"""KubernetesBackend: create a step's objects in a safe order, and keep its handle current.
+"""KubernetesBackend: create a step's objects (``create.create_step``), keep its handle current.
 
-Creation order: ConfigMap (+ Secret, + Service), then the Job, then one merge patch per
-extra object setting an ownerReference to the Job, so deleting the Job deletes them all.
-A fresh single-node step costs three writes. Names are deterministic, so a resubmission
-meets its own objects: the same spec hash adopts them, another hash raises SpecMismatch
-unless ``replace`` is true. A ConfigMap left without a Job by a driver that died in
-between is overwritten or adopted by the next submission, and reported by ``attach``.
+A step's objects are created in the order of ``kube/create.py`` (three writes for a fresh
+single-node step), against the Job this backend's watch already knows. A ConfigMap left
+without a Job by a driver that died in between is overwritten or adopted by the next
+submission, and reported by ``attach``.
 
 Handles are fed by one ``StudyWatch`` per namespace and study: a Job informer and a Pod
 informer whose changes reach the right handle by dict lookup on the Job name.
@@ -24,13 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import AlreadyExists, ApiError, NotFound, SpecMismatch
+from ..errors import ApiError, NotFound
 from ..handle import StepHandle
 from ..names import label_value
 from ..render import (
     ANNOTATION_OUTPUTS,
     ANNOTATION_STEP,
-    LABEL_HASH,
     LABEL_STUDY,
     MAIN_CONTAINER,
     PUSH_CONTAINER,
@@ -43,20 +40,17 @@ from .client import (
     JOBS,
     POD_LOGS,
     PODS,
-    SECRETS,
-    SERVICES,
     ClientOptions,
     Kind,
     KubeClient,
 )
 from .config import ClusterConfig, load_config
+from .create import create_step
 from .watch import Change, Informer
 
 __all__ = ["KubernetesBackend"]
 
 log = logging.getLogger("k8sjobs.kube")
-
-_KINDS = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
 
 
 class StudyWatch:
@@ -266,103 +260,29 @@ class KubernetesBackend:
         """Create the step's objects (or adopt identical ones) and track ``handle``."""
         watch = await self._watch(handle.namespace, handle.study)
         name = manifests.name
-        existing = watch.jobs.cache.objects.get(name)
-        if existing is not None and not _deleting(existing):
-            if _hash(existing) == manifests.spec_hash:
-                watch.track(handle)
-                return
-            if not replace:
-                raise _mismatch(handle, existing, manifests)
-            await self._delete_for_replace(watch, manifests)
-        elif existing is not None:
-            await self._wait_gone(watch, name)
-        await self._create_extras(manifests)
-        job = await self._create_job(watch, handle, manifests, replace)
-        watch.track(handle)
-        if job is not None:
-            await self._own(manifests, job)
-
-    async def _create_extras(self, manifests: Manifests) -> None:
-        """Create the ConfigMap, Secret and Service; overwrite stale orphans of an old spec."""
-        for obj in manifests.objects()[:-1]:
-            kind = _KINDS[obj["kind"]]
-            try:
-                await self.client.create(kind, manifests.namespace, obj, answer=False)
-            except AlreadyExists:
-                current = await self.client.get(kind, manifests.namespace, manifests.name)
-                if _hash(current) != manifests.spec_hash:
-                    # Left by a driver that died before creating its Job (the Job was
-                    # checked first): nothing runs from it, so it is ours to rewrite.
-                    await self.client.request(
-                        "PUT",
-                        kind.path(manifests.namespace, manifests.name),
-                        body=obj,
-                        what=f'replace {kind.plural} "{manifests.name}"',
-                        kind=kind,
-                        verb="update",
-                    )
-
-    async def _create_job(
-        self, watch: StudyWatch, handle: StepHandle, manifests: Manifests, replace: bool
-    ) -> dict[str, Any] | None:
-        """Create the Job; return it, or None when an identical one was adopted."""
+        key = (manifests.namespace, name)
+        if replace:
+            # The old Job's deletion is ours: it must not read as a LOST step.
+            self._replacing.add(key)
         try:
-            created: dict[str, Any] = await self.client.create(
-                JOBS, manifests.namespace, manifests.job
+            await create_step(
+                self.client,
+                manifests,
+                current=watch.jobs.cache.objects.get(name),
+                replace=replace,
+                gone=lambda: self._wait_gone(watch, name),
             )
-            return created
-        except AlreadyExists:
-            current = await self.client.get(JOBS, manifests.namespace, manifests.name)
-        if _hash(current) == manifests.spec_hash:
-            # Adopted: patch the owners again, in case its driver died before doing so.
-            return None if _deleting(current) else current
-        if not replace:
-            raise _mismatch(handle, current, manifests) from None
-        await self._delete_for_replace(watch, manifests)
-        await self._create_extras(manifests)
-        recreated: dict[str, Any] = await self.client.create(
-            JOBS, manifests.namespace, manifests.job
-        )
-        return recreated
-
-    async def _own(self, manifests: Manifests, job: dict[str, Any]) -> None:
-        """Point every extra object's ownerReference at the Job (one merge patch each)."""
-        owner = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": manifests.name,
-            "uid": job["metadata"]["uid"],
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }
-        patch = {"metadata": {"ownerReferences": [owner]}}
-        for obj in manifests.objects()[:-1]:
-            await self.client.merge_patch(
-                _KINDS[obj["kind"]], manifests.namespace, manifests.name, patch, answer=False
-            )
-
-    async def _delete_for_replace(self, watch: StudyWatch, manifests: Manifests) -> None:
-        """Delete the old Job (Foreground) and its extras, and wait for the Job to go."""
-        key = (manifests.namespace, manifests.name)
-        self._replacing.add(key)
-        try:
-            gone = watch.gone.setdefault(manifests.name, asyncio.Event())
-            gone.clear()
-            await self._delete(JOBS, manifests.namespace, manifests.name, "Foreground")
-            for obj in manifests.objects()[:-1]:
-                await self._delete(
-                    _KINDS[obj["kind"]], manifests.namespace, manifests.name, "Background"
-                )
-            await self._wait_gone(watch, manifests.name)
         finally:
             self._replacing.discard(key)
+        watch.track(handle)
 
     async def _wait_gone(self, watch: StudyWatch, name: str) -> None:
+        """Return once the watch has seen the Job ``name`` deleted (or never knew it)."""
         if name not in watch.jobs.cache.objects:
             return
         gone = watch.gone.setdefault(name, asyncio.Event())
-        if name not in watch.jobs.cache.objects:
-            return
+        # Set by an earlier deletion of this name, before the Job was made again.
+        gone.clear()
         async with asyncio.timeout(self._options.timeout * 4):
             await gone.wait()
         watch.gone.pop(name, None)
@@ -393,8 +313,8 @@ class KubernetesBackend:
 
     async def _find_orphans(self, watch: StudyWatch, study: str) -> None:
         selector = f"{LABEL_STUDY}={label_value(study)}"
-        found = await self.client.list(CONFIGMAPS, watch.namespace, selector)
-        for item in found.get("items") or ():
+        found = await self.client.list_all(CONFIGMAPS, watch.namespace, selector)
+        for item in found["items"]:
             meta = item["metadata"]
             if not meta.get("ownerReferences") and meta["name"] not in watch.jobs.cache.objects:
                 step = (meta.get("annotations") or {}).get(ANNOTATION_STEP, meta["name"])
@@ -567,22 +487,6 @@ class KubernetesBackend:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _hash(obj: dict[str, Any]) -> str:
-    return str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_HASH, ""))
-
-
-def _deleting(obj: dict[str, Any]) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def _mismatch(handle: StepHandle, existing: dict[str, Any], manifests: Manifests) -> SpecMismatch:
-    return SpecMismatch(
-        f'Step "{handle.name}": Job "{manifests.name}" in namespace "{manifests.namespace}" '
-        f"was created from another spec (hash {_hash(existing)}, now {manifests.spec_hash}); "
-        "submit with replace=True to delete it and run the new spec, or rename the step."
-    )
 
 
 def _tag_outputs(job: dict[str, Any]) -> dict[str, str]:

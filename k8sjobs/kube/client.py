@@ -177,6 +177,28 @@ class KubeClient:
             "GET", kind.path(namespace), params=query, what=what, kind=kind, verb="list"
         )
 
+    async def list_all(
+        self, kind: Kind, namespace: str, selector: str = "", *, limit: int = 500
+    ) -> dict[str, Any]:
+        """Return every object matching ``selector`` as one List, following ``continue`` pages.
+
+        Pages of ``limit`` keep each answer small (0: no limit asked, usually one answer);
+        the List's ``metadata.resourceVersion`` is the last page's, from which a watch can
+        start.
+        """
+        items: list[Any] = []
+        paging = {"limit": str(limit)} if limit else {}
+        params = paging
+        while True:
+            page = await self.list(kind, namespace, selector, **params)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            params = {**paging, "continue": token}
+        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        return {**page, "metadata": {"resourceVersion": version}, "items": items}
+
     async def merge_patch(
         self,
         kind: Kind,

@@ -6,6 +6,7 @@ bookmarks, resume after a drop from the last resourceVersion seen, relist after 
 A relist is diffed against the cache, so objects deleted while the watch was down come
 out as deletions, and an event already seen (same resourceVersion) is never passed on
 twice. Objects are slimmed to the fields ``judge`` reads, so 10,000 steps stay small.
+``wait_deleted`` watches one object for its deletion, for a caller without an informer.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from ..errors import ApiError, Gone
+from ..errors import ApiError, Gone, NotFound
 from .client import Kind, KubeClient
 
-__all__ = ["Cache", "Change", "Informer", "slim"]
+__all__ = ["Cache", "Change", "Informer", "events", "slim", "wait_deleted"]
 
 log = logging.getLogger("k8sjobs.kube")
 
@@ -163,16 +165,8 @@ class Informer:
             self.reconnects += 1
 
     async def _list(self) -> None:
-        items: list[Obj] = []
-        params = {"limit": "500"}
-        while True:
-            page = await self.client.list(self.kind, self.namespace, self.selector, **params)
-            items.extend(page.get("items") or ())
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                break
-            params = {"limit": "500", "continue": token}
-        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        found = await self.client.list_all(self.kind, self.namespace, self.selector)
+        items, version = found["items"], found["metadata"]["resourceVersion"]
         self.relists += 1
         for change in self.cache.replace(items, version):
             self._on_change(change)
@@ -180,27 +174,69 @@ class Informer:
 
     async def _watch(self) -> None:
         params = {
-            "watch": "true",
             "allowWatchBookmarks": "true",
             "resourceVersion": self.cache.resource_version,
             "timeoutSeconds": str(self._watch_timeout + random.randint(0, 30)),
         }
         if self.selector:
             params["labelSelector"] = self.selector
-        what = f'watch {self.kind.plural} in namespace "{self.namespace}"'
-        lines = self.client.stream_lines(
-            self.kind.path(self.namespace), params, what=what, kind=self.kind, verb="watch"
-        )
-        async for line in lines:
-            event = json.loads(line)
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                code = int(obj.get("code") or 0)
-                raise Gone(410, obj) if code == 410 else ApiError(code or 500, obj, what=what)
-            change = self.cache.apply(str(kind), obj)
+        async for kind, obj in events(self.client, self.kind, self.namespace, params):
+            change = self.cache.apply(kind, obj)
             if change is not None:
                 self._on_change(change)
+
+
+async def events(
+    client: KubeClient, kind: Kind, namespace: str, params: Mapping[str, str]
+) -> AsyncIterator[tuple[str, Obj]]:
+    """Yield (type, object) for each event of one watch request, until the server ends it.
+
+    An ERROR event is raised: Gone for 410 (the history from that resourceVersion was
+    compacted), ApiError otherwise.
+    """
+    what = f'watch {kind.plural} in namespace "{namespace}"'
+    query = {**params, "watch": "true"}
+    lines = client.stream_lines(kind.path(namespace), query, what=what, kind=kind, verb="watch")
+    async for line in lines:
+        event = json.loads(line)
+        event_type = str(event.get("type"))
+        obj = event.get("object") or {}
+        if event_type == "ERROR":
+            code = int(obj.get("code") or 0)
+            raise Gone(410, obj) if code == 410 else ApiError(code or 500, obj, what=what)
+        yield event_type, obj
+
+
+async def wait_deleted(
+    client: KubeClient, kind: Kind, namespace: str, name: str, *, timeout: float
+) -> None:
+    """Return once the object ``name`` no longer exists (``kubectl wait --for=delete``).
+
+    One GET, then a watch of that one name from the GET's resourceVersion: no polling. A
+    dropped or expired watch starts over with a GET. Raises TimeoutError after ``timeout``.
+    """
+    failures = 0
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                obj = await client.get(kind, namespace, name)
+            except NotFound:
+                return
+            params = {
+                "fieldSelector": f"metadata.name={name}",
+                "resourceVersion": str(obj["metadata"].get("resourceVersion") or ""),
+                "timeoutSeconds": str(max(1, math.ceil(timeout))),
+            }
+            try:
+                async for event_type, _ in events(client, kind, namespace, params):
+                    if event_type == "DELETED":
+                        return
+            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                # (A TimeoutError in here is the stream's idle limit: the bound below
+                # arrives as a cancellation, turned into TimeoutError on leaving it.)
+                failures += 1
+                log.info("watch for the deletion of %s dropped (%s)", name, type(exc).__name__)
+                await asyncio.sleep(_backoff(failures))
 
 
 def _fatal(exc: Exception) -> bool:
