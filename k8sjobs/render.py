@@ -27,7 +27,15 @@ from pydantic import SecretStr
 
 from ._version import __version__
 from .names import job_name, label_value
-from .spec import CONFIGMAP_LIMIT, SecretKeyRef, Step, StepOutput, find_launcher_calls
+from .spec import (
+    ANNOTATIONS_LIMIT,
+    CONFIGMAP_LIMIT,
+    SecretKeyRef,
+    Step,
+    StepOutput,
+    annotations_size,
+    find_launcher_calls,
+)
 
 __all__ = [
     "HANDOFF_IMAGE",
@@ -193,6 +201,7 @@ def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] =
     }
     if outputs:
         annotations[ANNOTATION_OUTPUTS] = json.dumps(outputs, sort_keys=True)
+    _check_annotations(step, annotations)
     meta = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
     configmap = _configmap(step, target, meta, refs, outputs)
     secret = _secret(step, meta)
@@ -203,6 +212,19 @@ def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] =
         if obj is not None:
             obj["metadata"]["labels"][LABEL_HASH] = spec_hash
     return Manifests(name, namespace, spec_hash, configmap, job, secret, service, outputs)
+
+
+def _check_annotations(step: Step, annotations: dict[str, str]) -> None:
+    # The step's own annotations fit (Step checks them); with the ones added here (names,
+    # output references) they may not, and the API server would refuse every object.
+    size = annotations_size(annotations)
+    if size > ANNOTATIONS_LIMIT:
+        added = size - annotations_size(step.annotations)
+        raise ValueError(
+            f'Step "{step.name}": its annotations, with the {added} '
+            f"bytes k8sjobs adds (study, step and output names), take {size} bytes, over the "
+            f"{ANNOTATIONS_LIMIT}-byte limit of the Kubernetes API; shorten its annotations"
+        )
 
 
 def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:

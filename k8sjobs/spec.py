@@ -24,7 +24,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PositiveInt,
     SecretStr,
     ValidationError,
     field_validator,
@@ -32,7 +31,10 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from .artifacts._reference import parse_reference
+
 __all__ = [
+    "ANNOTATIONS_LIMIT",
     "DEFAULT_IMAGE",
     "DEFAULT_LAUNCHER",
     "KNOWN_SHELLS",
@@ -67,6 +69,14 @@ KNOWN_SHELLS: dict[str, tuple[str, ...]] = {
 # the rest of the room is kept for the handoff configuration that shares the ConfigMap.
 CONFIGMAP_LIMIT = 1024 * 1024
 SCRIPT_LIMIT = CONFIGMAP_LIMIT - 16 * 1024
+# The API server refuses an object whose annotations (keys and values) pass 256 KiB.
+ANNOTATIONS_LIMIT = 256 * 1024
+# Counts and seconds that land in int32 fields of a Job (completions, backoffLimit,
+# ttlSecondsAfterFinished): larger ones would pass here and be refused by the API server.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+# The longest duration Python can hold in whole days (timedelta.max): 2.7 million years.
+_MAX_SECONDS = timedelta.max.days * 86400
 
 _QUANTITY = re.compile(
     r"^(?P<num>[+]?(\d+\.?\d*|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|[eE][+-]?\d+)?$"
@@ -116,24 +126,36 @@ def parse_duration(value: Any) -> timedelta | None:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{value!r} is not a duration; write a finite number of seconds")
-        return timedelta(seconds=value)
+        return _duration(value, value)
     text = str(value).strip()
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        return timedelta(seconds=float(text))
+        return _duration(float(text), value)
     if re.fullmatch(r"(\d+:){1,2}\d+(\.\d+)?", text):
         seconds = 0.0
         for part in text.split(":"):
             seconds = seconds * 60 + float(part)
-        return timedelta(seconds=seconds)
+        return _duration(seconds, value)
     parts = _DURATION_PART.findall(text)
     if parts and "".join(n + u for n, u in parts) == text.replace(" ", ""):
         unit = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-        return timedelta(seconds=sum(float(n) * unit[u] for n, u in parts))
+        return _duration(sum(float(n) * unit[u] for n, u in parts), value)
     raise ValueError(
         f'"{value}" is not a duration; write seconds (3600), "HH:MM:SS" (01:00:00) or "1h30m"'
     )
+
+
+def _duration(seconds: float, value: Any) -> timedelta:
+    """Return ``seconds`` as a timedelta, refusing what no timedelta (or cluster) can hold."""
+    # A huge int or a float of inf (from "9" * 400) would raise OverflowError in timedelta.
+    if not -_MAX_SECONDS <= seconds <= _MAX_SECONDS:
+        shown = str(value) if len(str(value)) <= 40 else f"{str(value)[:40]}..."
+        raise ValueError(
+            f'"{shown}" is not a duration this can run: it is longer than '
+            f"{timedelta.max.days} days; write a shorter one"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _check_label_key(key: str) -> None:
@@ -149,6 +171,11 @@ def _check_label_key(key: str) -> None:
         raise ValueError(f'key "{key}": the k8sjobs.io/ prefix is reserved for k8sjobs')
 
 
+def annotations_size(annotations: dict[str, str]) -> int:
+    """Return the bytes the API server counts against its annotation limit (keys + values)."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
 def _check_dns_label(value: str | None, what: str) -> str | None:
     if value is not None and (len(value) > 63 or not _DNS_LABEL.match(value)):
         raise ValueError(
@@ -159,6 +186,8 @@ def _check_dns_label(value: str | None, what: str) -> str | None:
 
 
 Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
+# A count of nodes, tasks or cores: each ends up in an int32 field of the Job or pod.
+Count = Annotated[int, Field(gt=0, le=INT32_MAX)]
 
 
 def _field_error(model: str, loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
@@ -215,12 +244,12 @@ class Resources(_Model):
     HPC codes expect.
     """
 
-    nodes: PositiveInt = 1
-    tasks: PositiveInt = Field(1, validation_alias=AliasChoices("tasks", "procs"))
-    cores_per_task: PositiveInt = Field(
+    nodes: Count = 1
+    tasks: Count = Field(1, validation_alias=AliasChoices("tasks", "procs"))
+    cores_per_task: Count = Field(
         1, validation_alias=AliasChoices("cores_per_task", "cores per task")
     )
-    gpus: int = Field(0, ge=0, description="GPUs per node (pod).")
+    gpus: int = Field(0, ge=0, le=INT32_MAX, description="GPUs per node (pod).")
     gpu_resource: str = "nvidia.com/gpu"
     memory: str | int | None = Field(None, description="Per node: a quantity or bytes.")
 
@@ -293,7 +322,7 @@ class Toleration(_Model):
     operator: Literal["Exists", "Equal"] = "Equal"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: int | None = Field(None, ge=-INT64_MAX, le=INT64_MAX)
 
     @model_validator(mode="after")
     def _fits_kubernetes_rules(self) -> Toleration:
@@ -363,6 +392,24 @@ def find_launcher_calls(script: str) -> list[LauncherCall]:
     return calls
 
 
+def _check_reference(key: str, ref: str) -> None:
+    """Refuse an input reference the pod's pull could not parse, before anything is sent."""
+    # The same parser the pull uses, so that a malformed reference fails here and not
+    # inside the pod; white space is refused first (it would split the handoff's argv).
+    if not ref.strip() or any(c.isspace() for c in ref):
+        why = "it holds white space"
+    else:
+        try:
+            parse_reference(ref)
+            return
+        except ValueError as exc:  # InvalidReference, or a codec error on a bad host
+            why = str(exc).rstrip(".")
+    raise ValueError(
+        f'"{key}": "{ref}" is not an artifact reference ({why}); write "repository:tag", '
+        '"host[:port]/repository:tag" or another step\'s output'
+    )
+
+
 def _check_relative_path(path: str, what: str) -> str:
     normal = posixpath.normpath(path)
     if not path or path.startswith("/") or normal == ".." or normal.startswith("../"):
@@ -395,7 +442,7 @@ class Step(_Model):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     namespace: str | None = None
-    retries: int = Field(0, ge=0, description="Pod retries: the Job's backoffLimit.")
+    retries: int = Field(0, ge=0, le=INT32_MAX, description="Pod retries: the Job's backoffLimit.")
     walltime: Duration = None
     ttl_after_finished: Duration = None
     node_selector: dict[str, str] = {}
@@ -494,6 +541,17 @@ class Step(_Model):
             _check_label_key(key)
         return value
 
+    @field_validator("annotations")
+    @classmethod
+    def _annotations_fit(cls, value: dict[str, str]) -> dict[str, str]:
+        size = annotations_size(value)
+        if size > ANNOTATIONS_LIMIT:
+            raise ValueError(
+                f"these take {size} bytes (keys and values), over the {ANNOTATIONS_LIMIT}-byte "
+                "limit of the Kubernetes API; keep large data in an input artifact or a ConfigMap"
+            )
+        return value
+
     @field_validator("labels", "node_selector")
     @classmethod
     def _values_are_labels(cls, value: dict[str, str]) -> dict[str, str]:
@@ -536,6 +594,11 @@ class Step(_Model):
     def _ttl_not_negative(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value.total_seconds() < 0:
             raise ValueError("must not be negative")
+        if value is not None and value.total_seconds() > INT32_MAX:
+            raise ValueError(
+                f"must be at most {INT32_MAX} seconds (the Job's ttlSecondsAfterFinished is "
+                "a 32-bit number); write a shorter one"
+            )
         return value
 
     @field_validator("inputs", "outputs")
@@ -553,8 +616,8 @@ class Step(_Model):
     @classmethod
     def _inputs_are_references(cls, value: dict[str, str | StepOutput]) -> dict[str, Any]:
         for key, ref in value.items():
-            if isinstance(ref, str) and (not ref.strip() or any(c.isspace() for c in ref)):
-                raise ValueError(f'"{key}": "{ref}" is not an artifact reference')
+            if isinstance(ref, str):
+                _check_reference(key, ref)
         return value
 
     @field_validator("outputs")

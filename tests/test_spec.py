@@ -6,9 +6,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
+from k8sjobs.artifacts import parse_reference
+from k8sjobs.render import Target, render
 from k8sjobs.spec import (
+    ANNOTATIONS_LIMIT,
     SCRIPT_LIMIT,
     Resources,
     SecretKeyRef,
@@ -423,3 +428,121 @@ def test_from_script_file_defaults_name_to_stem(tmp_path: Any) -> None:
     path.write_text("echo prep\n")
     made = Step.from_script_file(path, shell="sh")
     assert (made.name, made.script, made.argv) == ("prep", "echo prep\n", ("/bin/sh",))
+
+
+# --- out-of-range values, references, annotation size (issue 14) --------------------------
+
+
+@pytest.mark.parametrize(
+    "walltime",
+    [1e20, 99999999999999999999, -(10**30), "9" * 400, "99999999999:00:00", "9999999999d"],
+)
+def test_walltimes_no_timedelta_holds_are_refused(walltime: Any) -> None:
+    # These raised OverflowError from timedelta, a traceback instead of a field error.
+    refused(lambda: step(walltime=walltime), ("walltime",), "longer than", "shorter")
+    refused(lambda: step(ttl_after_finished=walltime), ("ttl_after_finished",))
+
+
+def test_ttl_over_int32_is_refused() -> None:
+    refused(lambda: step(ttl_after_finished=2**31), ("ttl_after_finished",), "32-bit")
+    assert step(ttl_after_finished=2**31 - 1).ttl_after_finished is not None
+
+
+@pytest.mark.parametrize(
+    ("fields", "loc"),
+    [
+        ({"retries": 2**31}, ("retries",)),
+        ({"resources": {"nodes": 2**31}}, ("resources", "nodes")),
+        ({"resources": {"tasks": 10**30}}, ("resources", "tasks")),
+        ({"resources": {"cores_per_task": 2**31}}, ("resources", "cores_per_task")),
+        ({"resources": {"gpus": 2**31}}, ("resources", "gpus")),
+        (
+            {"tolerations": [{"operator": "Exists", "toleration_seconds": 2**63}]},
+            ("tolerations", 0, "toleration_seconds"),
+        ),
+    ],
+)
+def test_counts_beyond_the_api_integer_fields_are_refused(
+    fields: dict[str, Any], loc: tuple[str | int, ...]
+) -> None:
+    refused(lambda: step(**fields), loc, "less than or equal")
+
+
+@pytest.mark.parametrize(
+    "ref", ["::::", "UPPER/case:v1", "r:bad tag!", "r@sha256:short", "a//b:v1", "r:", ":v1", "/r"]
+)
+def test_malformed_input_references_are_refused_before_anything_runs(ref: str) -> None:
+    message = refused(lambda: step(inputs={"data": ref}), ("inputs",), '"data"', "repository:tag")
+    assert ref in message
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_step_accepts_exactly_the_references_the_pull_parses(ref: str) -> None:
+    # The pod's pull parses the reference with parse_reference: whatever it refuses must be
+    # refused here, before anything is sent.
+    try:
+        parse_reference(ref)
+    except ValueError:
+        refused(lambda: step(inputs={"data": ref}), ("inputs",), '"data"')
+    else:
+        assert step(inputs={"data": ref}).inputs["data"] == ref
+
+
+def test_good_input_references_pass() -> None:
+    for ref in ["study/data:v1", "localhost:5000/d:1", "reg.example/a/b@sha256:" + "a" * 64]:
+        assert step(inputs={"data": ref}).inputs["data"] == ref
+
+
+def test_annotations_over_256_kib_are_refused_with_the_fix() -> None:
+    limit = ANNOTATIONS_LIMIT
+    fits = {"a": "x" * (limit - 1)}
+    assert step(annotations=fits).annotations == fits
+    refused(
+        lambda: step(annotations={"a": "x" * limit}),
+        ("annotations",),
+        str(limit + 1),
+        "input artifact",
+    )
+    # Bytes, not characters: the API server counts the UTF-8 encoding.
+    refused(lambda: step(annotations={"a": "é" * (limit // 2)}), ("annotations",))
+
+
+def test_render_refuses_annotations_that_overflow_with_its_own() -> None:
+    nearly = step(annotations={"a": "x" * (ANNOTATIONS_LIMIT - 10)}, name="long-step")
+    with pytest.raises(ValueError, match=r'Step "long-step".*shorten its annotations'):
+        render(nearly, Target(study="s"))
+
+
+# Every field, any value: a Step either validates or raises a ValidationError naming the
+# field. Another exception (OverflowError, TypeError, ...) is a traceback for the user.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**18, max_value=10**40),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from(["1h", "01:00:00", "4Gi", "1e999", "sh", "::::", "$(LAUNCHER)[9n]", "{x}"]),
+    st.binary(max_size=8),
+    st.timedeltas(),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.sampled_from(sorted(Step.model_fields)), _values, max_size=4))
+@settings(max_examples=400, deadline=None)
+def test_any_value_in_any_field_is_a_validation_error_or_a_step(fields: dict[str, Any]) -> None:
+    fields = {"name": "s", "script": "echo\n", **fields}
+    try:
+        Step(**fields)
+    except ValidationError as exc:
+        for error in exc.errors():
+            assert error["loc"] and error["loc"][0] in fields, error

@@ -183,7 +183,11 @@ def test_step_names_must_be_one_line() -> None:
 async def test_hostile_input_reference_reaches_the_handoff_as_data(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     reference = f"k8sjobs/x:$(touch${{IFS}}{canary})`touch${{IFS}}{canary}`"
-    step = Step(name="s", script="true", shell="sh", inputs={"i": reference})
+    with pytest.raises(ValidationError, match="not an artifact reference"):
+        Step(name="s", script="true", shell="sh", inputs={"i": reference})
+    # Refused up front; a Step built around validation still carries it only as data.
+    fields = {**Step(name="s", script="true", shell="sh").__dict__, "inputs": {"i": reference}}
+    step = Step.model_construct(**fields)
     manifests = render(step, Target(store=f"oci:{tmp_path / 'layout'}"))
     assert json.loads(manifests.configmap["data"]["handoff.json"])["inputs"] == {"i": reference}
     status, _work = await _run(manifests, tmp_path)
