@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
@@ -28,13 +27,22 @@ from rich.table import Table
 from rich.text import Text
 
 from .artifacts.cli import add_artifact_commands
-from .errors import K8sJobsError
+from .errors import K8sJobsError, StudyError
 from .rbac import add_rbac_command
 from .render import HANDOFF_IMAGE, Target, render
 from .session import Session
 from .spec import Step
 from .state import StepResult, StepState
-from .study import StepRecord, Study, StudyRun, load_study, parse_study, summarize
+from .study import (
+    StepRecord,
+    Study,
+    StudyRun,
+    load_study,
+    parse_study,
+    read_study_text,
+    read_yaml,
+    summarize,
+)
 
 __all__ = ["main"]
 
@@ -306,13 +314,15 @@ async def _cmd_logs(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    text = args.file.read_text()
-    data = yaml.safe_load(text)
+    text = read_study_text(args.file)  # bounded and UTF-8, as for a run
+    data, _lines = read_yaml(text, str(args.file))
     if isinstance(data, dict) and "steps" in data:
         study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
         steps, name = list(study.steps), study.name
+    elif isinstance(data, dict):
+        steps, name = [Step.model_validate(data)], args.study or "default"
     else:
-        steps, name = [Step(**data)], args.study or "default"
+        raise StudyError(f"{args.file}: a step file is a mapping of step fields (name, script)")
     target = Target(
         study=name,
         namespace=args.namespace,

@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from ._textfile import read_text_file
 from .artifacts._reference import parse_reference
 
 __all__ = [
@@ -460,7 +461,8 @@ class Step(_Model):
         """Return a Step whose script is read from ``path`` (the name defaults to its stem)."""
         path = Path(path)
         fields.setdefault("name", path.stem)
-        return cls(script=path.read_text(), **fields)
+        # Bounded (a script lives in a ConfigMap) and UTF-8, or an error naming file and line.
+        return cls(script=read_text_file(path, limit=SCRIPT_LIMIT, what="script file"), **fields)
 
     def output(self, name: str) -> StepOutput:
         """Return a reference to this step's output ``name``, to use as another step's input."""

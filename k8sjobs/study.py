@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import graphlib
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,11 +40,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ._boundedyaml import YamlLimitError, load_bounded
+from ._textfile import TextFileError, read_text_file
 from .errors import StudyError
 from .handle import StepHandle
 from .names import label_value
 from .session import Session
-from .spec import Step, StepOutput
+from .spec import SCRIPT_LIMIT, Step, StepOutput
 from .state import StepResult, StepState
 
 __all__ = ["Study", "StudyRun", "load_study"]
@@ -50,6 +54,10 @@ __all__ = ["Study", "StudyRun", "load_study"]
 _STUDY_KEYS = {"name", "description", "defaults", "steps"}
 _EXTRA_STEP_KEYS = {"script_file", "depends", "parameters", "backend"}
 _MERGED = ("resources", "env", "labels", "annotations", "node_selector")
+# A study file's size, and its steps once parameters are expanded (issue: a few lines of
+# parameters make millions of steps). The YAML bounds are in _boundedyaml.
+MAX_STUDY_BYTES = 4 * 1024 * 1024
+MAX_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -73,41 +81,56 @@ class Study:
 def load_study(path: str | Path, *, name: str | None = None) -> Study:
     """Return the study described by the YAML file at ``path`` (errors name line and field)."""
     path = Path(path)
+    return parse_study(read_study_text(path), base_dir=path.parent, source=str(path), name=name)
+
+
+def read_study_text(path: Path) -> str:
+    """Return the text of the study file at ``path`` (UTF-8, at most MAX_STUDY_BYTES)."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise StudyError(f"{path}: cannot read the study file: {exc.strerror}") from None
-    return parse_study(text, base_dir=path.parent, source=str(path), name=name)
+        return read_text_file(path, limit=MAX_STUDY_BYTES, what="study file")
+    except TextFileError as exc:
+        raise StudyError(str(exc)) from None
+
+
+def read_yaml(text: str, source: str) -> tuple[Any, Mapping[tuple[Any, ...], int]]:
+    """Return the value of one bounded YAML document and the line of each of its paths."""
+    if len(text) > MAX_STUDY_BYTES:
+        raise StudyError(f"{source}: larger than the {MAX_STUDY_BYTES}-byte limit of a study")
+    try:
+        data, node = load_bounded(text, source)
+    except YamlLimitError as exc:
+        raise StudyError(str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{source}: not valid YAML: {exc}") from None
+    return data, (_line_index(node) if node is not None else {})
 
 
 def parse_study(
     text: str, *, base_dir: Path = Path("."), source: str = "<study>", name: str | None = None
 ) -> Study:
     """Return the study described by YAML ``text``; ``script_file`` is read from ``base_dir``."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise StudyError(f"{source}: not valid YAML: {exc}") from None
-    lines = _line_index(node) if node is not None else {}
+    data, lines = read_yaml(text, source)
     where = _Locator(source, lines)
     if not isinstance(data, dict):
         raise StudyError(f"{source}: a study is a mapping with name, defaults and steps")
     unknown = set(data) - _STUDY_KEYS
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise StudyError(
             f'{where(key)}: unknown key "{key}"; a study has: {", ".join(sorted(_STUDY_KEYS))}'
         )
+    for key in ("name", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise StudyError(f'{where(key)}: {key}: write it as text, e.g. {key}: "my-study"')
     steps = data.get("steps")
     if not isinstance(steps, list) or not steps:
         raise StudyError(f"{where('steps')}: a study needs a non-empty list of steps")
     defaults = data.get("defaults") or {}
-    if not isinstance(defaults, dict):
+    if not isinstance(defaults, dict) or not all(isinstance(k, str) for k in defaults):
         raise StudyError(f"{where('defaults')}: defaults must be a mapping of step fields")
-    study_name = name or str(data.get("name") or Path(source).stem)
+    study_name = name or data.get("name") or Path(source).stem
     raw = [_merge(defaults, s, where, i) for i, s in enumerate(steps)]
-    return _expand(study_name, raw, base_dir, where, str(data.get("description") or ""))
+    return _expand(study_name, raw, base_dir, where, data.get("description") or "")
 
 
 class _Locator:
@@ -119,17 +142,21 @@ class _Locator:
 
     def __call__(self, *path: Any) -> str:
         for end in range(len(path), 0, -1):
-            if path[:end] in self.lines:
-                return f"{self.source}:{self.lines[path[:end]]}"
+            # Lines are indexed by a key's text: a key read as a number (1:) is found by it.
+            for where in (path[:end], (*path[: end - 1], str(path[end - 1]))):
+                if where in self.lines:
+                    return f"{self.source}:{self.lines[where]}"
         return self.source
 
 
 def _line_index(node: yaml.Node, path: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], int]:
+    # Recursion is bounded: the loader refused documents deeper than MAX_DEPTH.
     lines = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
-            lines[(*path, key.value)] = key.start_mark.line + 1
-            lines.update(_line_index(value, (*path, key.value)))
+            if isinstance(key, yaml.ScalarNode):
+                lines[(*path, key.value)] = key.start_mark.line + 1
+                lines.update(_line_index(value, (*path, key.value)))
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines.update(_line_index(item, (*path, i)))
@@ -139,27 +166,98 @@ def _line_index(node: yaml.Node, path: tuple[Any, ...] = ()) -> dict[tuple[Any, 
 def _merge(defaults: Mapping[str, Any], step: Any, where: _Locator, index: int) -> dict[str, Any]:
     if not isinstance(step, dict):
         raise StudyError(f"{where('steps', index)}: each step is a mapping with a name and script")
+    bad = [k for k in step if not isinstance(k, str)]
+    if bad:
+        raise StudyError(
+            f"{where('steps', index)}: step {index + 1}: {bad[0]!r} is not a field name; "
+            "fields are words such as name, script, depends"
+        )
     merged = {**defaults, **step, "_index": index}
     for key in _MERGED:
         if isinstance(defaults.get(key), dict) and isinstance(step.get(key), dict):
             merged[key] = {**defaults[key], **step[key]}
+    _check_study_fields(merged, where)
     return merged
+
+
+def _check_study_fields(spec: dict[str, Any], where: _Locator) -> None:
+    """Refuse a wrong type in the fields the study reads itself (Step checks the rest)."""
+    index = spec["_index"]
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        shown = "" if name is None else f" ({name!r} is not text)"
+        raise StudyError(
+            f"{where('steps', index, 'name')}: step {index + 1}: name: each step needs a name"
+            f'{shown}; write e.g. name: "prepare"'
+        )
+    label = f'step "{name}"'
+    for key, fix in _TEXT_FIELDS.items():
+        if key in spec and not isinstance(spec[key], str | None):
+            raise StudyError(f"{where('steps', index, key)}: {label}: {key}: {fix}")
+    depends = spec.get("depends")
+    if isinstance(depends, str):
+        spec["depends"] = [depends]  # one name, not a list of its letters
+    elif depends is not None and not (
+        isinstance(depends, list) and all(isinstance(d, str) for d in depends)
+    ):
+        raise StudyError(
+            f"{where('steps', index, 'depends')}: {label}: depends: write a step name or a "
+            "list of step names, e.g. depends: [prepare, fetch]"
+        )
+    if spec.get("backend") not in (None, *_BACKENDS):
+        raise StudyError(
+            f"{where('steps', index, 'backend')}: {label}: backend: "
+            f"{spec['backend']!r} is not a backend; write one of: {', '.join(_BACKENDS)}"
+        )
+    for key in ("inputs", "outputs", "parameters"):
+        value = spec.get(key)
+        if value is not None and not (
+            isinstance(value, dict) and all(isinstance(k, str) for k in value)
+        ):
+            raise StudyError(
+                f"{where('steps', index, key)}: {label}: {key}: write a mapping of names, "
+                f"e.g. {_EXAMPLES[key]}"
+            )
+    _check_parameters(spec, where, label)
+
+
+def _check_parameters(spec: Mapping[str, Any], where: _Locator, label: str) -> None:
+    params = spec.get("parameters") or {}
+    for key, values in params.items():
+        if not (
+            isinstance(values, list)
+            and values
+            and all(isinstance(v, str | int | float) for v in values)
+        ):
+            raise StudyError(
+                f"{where('steps', spec['_index'], 'parameters', key)}: {label}: "
+                f"parameters.{key}: write a non-empty list of plain values, "
+                "e.g. {SHARD: [0, 1, 2]}"
+            )
+
+
+_BACKENDS = ("local", "kubernetes")
+_TEXT_FIELDS = {"script_file": 'write a path, e.g. script_file: "run.sh"'}
+_EXAMPLES = {
+    "inputs": "inputs: {data: prepare.table}",
+    "outputs": "outputs: {table: out/table.csv}",
+    "parameters": "parameters: {SHARD: [0, 1, 2]}",
+}
 
 
 def _expand(
     study: str, raw: list[dict[str, Any]], base_dir: Path, where: _Locator, description: str
 ) -> Study:
-    names = [str(s.get("name", "")) for s in raw]
-    for i, name in enumerate(names):
-        if not name:
-            raise StudyError(f"{where('steps', i)}: step {i + 1} has no name")
-        first = names.index(name)
-        if first < i:
+    for i, spec in enumerate(raw):
+        first = next(s for s in raw if s["name"] == spec["name"])
+        if first is not spec:
             raise StudyError(
-                f'{where("steps", i, "name")}: step "{name}": name: another step is already '
-                f'called "{name}" ({where("steps", first, "name")}); give each step its own name'
+                f'{where("steps", i, "name")}: step "{spec["name"]}": name: another step is '
+                f'already called "{spec["name"]}" ({where("steps", first["_index"], "name")}); '
+                "give each step its own name"
             )
     instances = {s["name"]: _instances(s, where) for s in raw}
+    _check_unique_instances(raw, instances, where)
     outputs = {s["name"]: set(s.get("outputs") or {}) for s in raw}
     steps: list[Step] = []
     depends: dict[str, tuple[str, ...]] = {}
@@ -185,15 +283,16 @@ def _expand(
 
 def _instances(spec: Mapping[str, Any], where: _Locator) -> list[tuple[str, dict[str, str]]]:
     params = spec.get("parameters") or {}
-    index = spec["_index"]
-    if not isinstance(params, dict) or not all(isinstance(v, list) and v for v in params.values()):
-        raise StudyError(
-            f"{where('steps', index, 'parameters')}: parameters map a name to a non-empty "
-            "list of values, e.g. {SHARD: [0, 1, 2]}"
-        )
     if not params:
         return [(spec["name"], {})]
     keys = sorted(params)
+    count = math.prod(len(params[k]) for k in keys)
+    if count > MAX_STEPS:
+        raise StudyError(
+            f'{where("steps", spec["_index"], "parameters")}: step "{spec["name"]}": '
+            f"parameters: {count} combinations, more than the {MAX_STEPS} steps a study may "
+            "have; use fewer values, or loop inside one step"
+        )
     combos = itertools.product(*(params[k] for k in keys))
     result = []
     for combo in combos:
@@ -201,6 +300,43 @@ def _instances(spec: Mapping[str, Any], where: _Locator) -> list[tuple[str, dict
         suffix = ",".join(f"{k}={v}" for k, v in values.items())
         result.append((f"{spec['name']}[{suffix}]", values))
     return result
+
+
+def _check_unique_instances(
+    raw: Sequence[Mapping[str, Any]], instances: _Instances, where: _Locator
+) -> None:
+    """Refuse two steps that end up with one name once parameters are expanded.
+
+    ``b`` with ``parameters: {X: [1]}`` makes "b[X=1]", which another step may already be
+    called; ``X: [1, "1"]`` makes it twice. Kept, one would silently replace the other.
+    """
+    seen: dict[str, str] = {}
+    total = 0
+    for spec in raw:
+        total += len(instances[spec["name"]])
+        if total > MAX_STEPS:
+            raise StudyError(
+                f"{where('steps', spec['_index'])}: the study has more than {MAX_STEPS} steps "
+                "once parameters are expanded; split it, or loop inside fewer steps"
+            )
+        for name, params in instances[spec["name"]]:
+            source = _source(spec, params, where)
+            if name in seen:
+                raise StudyError(
+                    f'{source}: two steps are called "{name}": {seen[name]} and {source}; '
+                    "rename one, or make the parameter values distinct"
+                )
+            seen[name] = source
+
+
+def _source(spec: Mapping[str, Any], params: Mapping[str, str], where: _Locator) -> str:
+    if not params:
+        return f'step "{spec["name"]}" ({where("steps", spec["_index"], "name")})'
+    values = ", ".join(f"{k}={v}" for k, v in params.items())
+    return (
+        f'step "{spec["name"]}" with parameters {values} '
+        f"({where('steps', spec['_index'], 'parameters')})"
+    )
 
 
 def _build(
@@ -222,15 +358,15 @@ def _build(
                 f"{where('steps', index, 'script')}: {label}: script: give script or "
                 "script_file, not both"
             )
-        script_path = base_dir / str(spec["script_file"])
         try:
-            fields["script"] = script_path.read_text()
-        except OSError as exc:
+            fields["script"] = read_text_file(
+                base_dir / spec["script_file"], limit=SCRIPT_LIMIT, what="script file"
+            )
+        except TextFileError as exc:
             raise StudyError(
-                f"{where('steps', index, 'script_file')}: {label}: script_file: cannot read "
-                f"{script_path}: {exc.strerror}"
+                f"{where('steps', index, 'script_file')}: {label}: script_file: {exc}"
             ) from None
-    if params:
+    if params and isinstance(fields.get("env") or {}, dict):  # else Step refuses env
         fields["env"] = {**(fields.get("env") or {}), **params}
     deps: list[str] = []
     fields["inputs"] = _inputs(spec, known, deps, where)
@@ -278,6 +414,10 @@ def _inputs(
                 )
             inputs[key] = value
             continue
+        if producer not in instances:
+            raise StudyError(
+                f'{here}: no step is called "{producer}"{_did_you_mean(producer, instances)}'
+            )
         if output not in outputs[producer]:
             have = ", ".join(sorted(outputs[producer])) or "none"
             raise StudyError(
@@ -297,7 +437,9 @@ def _producer(
 ) -> tuple[str | None, str]:
     """Return (step, output) when ``value`` names another step's output, else (None, "")."""
     if isinstance(value, dict) and set(value) == {"step", "output"}:
-        return str(value["step"]), str(value["output"])
+        step, output = value["step"], value["output"]
+        if isinstance(step, str) and isinstance(output, str):
+            return step, output
     if isinstance(value, str) and "." in value:
         step, _, output = value.rpartition(".")
         if step in instances:
@@ -323,28 +465,20 @@ def _describe(exc: ValidationError, spec: Mapping[str, Any], where: _Locator) ->
 def _check_acyclic(
     depends: Mapping[str, tuple[str, ...]], raw: Mapping[str, Mapping[str, Any]], where: _Locator
 ) -> None:
-    done: set[str] = set()
-    visiting: set[str] = set()
-
-    def visit(name: str, trail: tuple[str, ...]) -> None:
-        if name in done:
-            return
-        if name in visiting:
-            cycle = " -> ".join((*trail, name))
-            spec = raw[name]
-            edge = "depends" if "depends" in spec else "inputs"
-            raise StudyError(
-                f'{where("steps", spec["_index"], edge)}: step "{spec["name"]}": {edge}: the '
-                f"steps depend on each other in a cycle: {cycle}"
-            )
-        visiting.add(name)
-        for dep in depends[name]:
-            visit(dep, (*trail, name))
-        visiting.discard(name)
-        done.add(name)
-
-    for name in depends:
-        visit(name, ())
+    # graphlib walks without recursion: a chain of thousands of steps is no RecursionError.
+    try:
+        graphlib.TopologicalSorter(depends).prepare()
+    except graphlib.CycleError as exc:
+        loop = list(reversed(exc.args[1][1:]))  # graphlib lists it against the edges
+        order = list(depends)
+        first = min(range(len(loop)), key=lambda i: order.index(loop[i]))
+        cycle = [*loop[first:], *loop[:first], loop[first]]  # from the earliest step
+        spec = raw[cycle[0]]
+        edge = "depends" if "depends" in spec else "inputs"
+        raise StudyError(
+            f'{where("steps", spec["_index"], edge)}: step "{spec["name"]}": {edge}: the '
+            f"steps depend on each other in a cycle: {' -> '.join(cycle)}"
+        ) from None
 
 
 @dataclass

@@ -137,6 +137,38 @@ def test_run_bad_study_exits_2_with_line_and_field(tmp_path: Path) -> None:
     assert 'did you mean "retries"?' in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "located"),
+    [
+        (b"name: s\nsteps:\n  - name: a\n    script: echo\n    depends: 1\n", "study.yaml:5"),
+        (b"name: s\nsteps:\n  - name: [a]\n    script: echo\n", "study.yaml:3"),
+        (b"name: s\nsteps:\n  - name: a\n    script: echo\n    inputs: [A]\n", "study.yaml:5"),
+        (b"steps:\n  - name: a\n    script: echo\n    walltime: " + b"9" * 20, "study.yaml:4"),
+        (b"steps:\n  - name: a\n    script: echo\n    inputs: {i: '::::'}\n", "study.yaml:4"),
+        (b"steps:\n  - name: caf\xe9\n    script: echo\n", "study.yaml:2"),
+        (
+            b"a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+            + b"".join(
+                b"%c: &%c [%s]\n" % (c, c, b",".join([b"*%c" % (c - 1)] * 10))
+                for c in range(ord("b"), ord("j"))
+            )
+            + b"steps: [{name: a, script: echo, env: {E: *i}}]\n",
+            "study.yaml:6",
+        ),
+    ],
+    ids=["depends-int", "name-list", "inputs-list", "walltime", "reference", "latin-1", "laughs"],
+)
+def test_bad_study_files_exit_2_with_a_location_never_a_traceback(
+    tmp_path: Path, content: bytes, located: str
+) -> None:
+    (tmp_path / "study.yaml").write_bytes(content)
+    for command in ("run", "render"):
+        done = k8sjobs(tmp_path, command, "study.yaml", check=2)
+        assert done.stderr.startswith(f"error: {located}: "), done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".k8sjobs").exists()  # refused before anything ran
+
+
 def test_ctrl_c_cancels_every_step_and_exits_130(
     tmp_path: Path, sleepy_run: subprocess.Popen[str]
 ) -> None:

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from fuzz_values import any_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
@@ -516,24 +517,11 @@ def test_render_refuses_annotations_that_overflow_with_its_own() -> None:
 
 # Every field, any value: a Step either validates or raises a ValidationError naming the
 # field. Another exception (OverflowError, TypeError, ...) is a traceback for the user.
-_scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.integers(min_value=10**18, max_value=10**40),
-    st.floats(),
-    st.text(max_size=20),
-    st.sampled_from(["1h", "01:00:00", "4Gi", "1e999", "sh", "::::", "$(LAUNCHER)[9n]", "{x}"]),
+_values = any_values(
     st.binary(max_size=8),
     st.timedeltas(),
-)
-_values = st.recursive(
-    _scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3),
-        st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=3),
-    ),
-    max_leaves=8,
+    words=["1h", "01:00:00", "4Gi", "1e999", "sh", "::::", "$(LAUNCHER)[9n]", "{x}"],
+    keys=st.one_of(st.text(max_size=8), st.integers()),
 )
 
 
@@ -546,3 +534,10 @@ def test_any_value_in_any_field_is_a_validation_error_or_a_step(fields: dict[str
     except ValidationError as exc:
         for error in exc.errors():
             assert error["loc"] and error["loc"][0] in fields, error
+
+
+def test_from_script_file_names_the_file_and_line_of_a_non_utf8_byte(tmp_path: Any) -> None:
+    path = tmp_path / "prep.sh"
+    path.write_bytes(b"echo one\necho \xe9\n")
+    with pytest.raises(ValueError, match=r"prep.sh:2: not UTF-8 text \(byte 0xe9 at column 6\)"):
+        Step.from_script_file(path)

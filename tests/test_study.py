@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from fuzz_values import any_values
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from k8sjobs import Session, StepOutput, StepResult, StepState, StudyError, load_study
+from k8sjobs import Session, Step, StepOutput, StepResult, StepState, StudyError, load_study
+from k8sjobs._boundedyaml import MAX_ALIASES, MAX_DEPTH, MAX_VALUES
+from k8sjobs.cli import main
 from k8sjobs.local import LocalBackend
-from k8sjobs.study import StudyRun, parse_study
+from k8sjobs.study import MAX_STEPS, MAX_STUDY_BYTES, StudyRun, parse_study
 
 PIPELINE = Path(__file__).parent.parent / "examples" / "pipeline" / "study.yaml"
 
@@ -344,3 +354,295 @@ async def test_same_study_same_outcome_locally_and_on_the_fake_cluster(tmp_path:
     assert outcome["broken"] == (StepState.FAILED, "ExitCode", 4)
     assert outcome["after-broken"] == (StepState.FAILED, "DependencyFailed", None)
     assert aggregate_log.startswith("rows=2000 mean_square=")
+
+
+# --- wrong types, hostile files: located errors, never tracebacks (issue 14) -------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "steps:\n  - name: a\n    script: echo\n    depends: 1\n",
+            's.yaml:5: step "a": depends: write a step name or a list of step names',
+        ),
+        (
+            "steps:\n  - name: [a]\n    script: echo\n",
+            "s.yaml:3: step 1: name: each step needs a name (['a'] is not text)",
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    inputs: [A]\n",
+            's.yaml:5: step "a": inputs: write a mapping of names',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    walltime: 99999999999999999999\n",
+            's.yaml:5: step "a": walltime: "99999999999999999999" is not a duration this can run',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    outputs: [x, {y: 1}]\n",
+            's.yaml:5: step "a": outputs: write a mapping of names',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    parameters: {X: [[1]]}\n",
+            's.yaml:5: step "a": parameters.X: write a non-empty list of plain values',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    backend: cloud\n",
+            "s.yaml:5: step \"a\": backend: 'cloud' is not a backend; write one of: local",
+        ),
+        (
+            "steps:\n  - name: a\n    script_file: [x.sh]\n",
+            's.yaml:4: step "a": script_file: write a path',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    inputs: {x: {step: nope, output: o}}\n",
+            's.yaml:5: step "a": inputs.x: no step is called "nope"',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    1: x\n",
+            "s.yaml:3: step 1: 1 is not a field name",
+        ),
+        ("description: [x]\nsteps:\n  - name: a\n    script: echo\n", "s.yaml:2: description:"),
+        ("1: x\nsteps: []\n", 's.yaml:2: unknown key "1"'),
+        (
+            "steps:\n  - name: a\n    script: echo\n    resources: {nodes: 3000000000}\n",
+            's.yaml:5: step "a": resources.nodes: Input should be less than or equal to',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    inputs: {i: '::::'}\n",
+            's.yaml:5: step "a": inputs: "i": "::::" is not an artifact reference',
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    env: {N: " + "9" * 5000 + "}\n",
+            "s.yaml:5: not valid YAML: cannot read this value",
+        ),
+        (
+            "steps:\n  - name: a\n    script: echo\n    env: {D: 2001-13-45}\n",
+            "s.yaml:5: not valid YAML: cannot read this value",
+        ),
+    ],
+    ids=[
+        "depends-int",
+        "name-list",
+        "inputs-list",
+        "walltime-huge",
+        "outputs-list",
+        "parameter-nested",
+        "backend",
+        "script_file-list",
+        "producer-unknown",
+        "key-int",
+        "description",
+        "study-key-int",
+        "nodes-int32",
+        "reference",
+        "int-5000-digits",
+        "date-month-13",
+    ],
+)
+def test_wrong_types_are_located_errors(body: str, expected: str) -> None:
+    message = error_of(body)
+    # The YAML errors say "line N" in their own words; the others start with file:line.
+    head, _, _rest = expected.partition(": ")
+    if "not valid YAML" in expected:
+        assert message.startswith("s.yaml: not valid YAML: cannot read this value"), message
+        assert f"line {head.split(':')[1]}" in message, message
+    else:
+        assert message.startswith(expected), message
+
+
+def test_depends_may_name_one_step_as_text() -> None:
+    study = parse_study(
+        study_text(
+            """
+            steps:
+              - name: prep
+                script: echo
+              - name: run
+                script: echo
+                depends: prep
+            """
+        )
+    )
+    assert study.depends["run"] == ("prep",)
+
+
+@pytest.mark.parametrize(
+    ("body", "first", "second"),
+    [
+        (
+            """
+            steps:
+              - name: "b[X=1]"
+                script: echo
+              - name: b
+                parameters: {X: [1, 2]}
+                script: echo
+            """,
+            'step "b[X=1]" (s.yaml:3)',
+            'step "b" with parameters X=1 (s.yaml:6)',
+        ),
+        (
+            """
+            steps:
+              - name: b
+                parameters: {X: [1, "1"]}
+                script: echo
+            """,
+            'step "b" with parameters X=1 (s.yaml:4) and step "b"',
+            "X=1 (s.yaml:4)",
+        ),
+    ],
+    ids=["plain-name", "same-value-twice"],
+)
+def test_names_made_by_parameters_must_stay_unique(body: str, first: str, second: str) -> None:
+    # Kept, the second silently replaced the first: one step never ran, the run succeeded.
+    message = error_of(body)
+    assert 'two steps are called "b[X=1]"' in message, message
+    assert first in message and second in message, message
+    assert "rename one" in message
+
+
+def test_parameters_past_the_step_limit_are_refused_before_expanding() -> None:
+    values = list(range(100))
+    message = error_of(
+        f"steps:\n  - name: a\n    script: echo\n    parameters: {{A: {values}, B: {values}, "
+        f"C: {values}}}\n"
+    )
+    assert message.startswith(
+        f's.yaml:5: step "a": parameters: 1000000 combinations, more than the {MAX_STEPS}'
+    )
+
+
+def test_a_long_chain_of_steps_loads() -> None:
+    # The cycle check walked the DAG recursively: a chain of 2000 steps was a RecursionError.
+    lines = ["steps:"]
+    for i in range(2000):
+        lines += [f"  - name: s{i}", "    script: echo"]
+        lines += [f"    depends: s{i - 1}"] if i else []
+    study = parse_study("\n".join(lines))
+    assert study.depends["s1999"] == ("s1998",)
+
+
+BILLION_LAUGHS = """\
+name: lol
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+steps: [{name: x, script: echo, env: {E: *i}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "why"),
+    [
+        (BILLION_LAUGHS, 7, f"more than {MAX_VALUES} values once its aliases"),
+        ("steps:\n  - " + "[" * 200 + "]" * 200 + "\n", 2, f"nests deeper than {MAX_DEPTH} levels"),
+        ("a: &a [x, *a]\n", 1, "the alias *a is inside its own anchor"),
+        (
+            "x: &x 1\ny: [" + ", ".join(["*x"] * (MAX_ALIASES + 1)) + "]\n",
+            2,
+            f"more than {MAX_ALIASES} aliases",
+        ),
+    ],
+    ids=["billion-laughs", "deep", "recursive", "aliases"],
+)
+def test_hostile_yaml_fails_fast_with_file_and_line(text: str, line: int, why: str) -> None:
+    with pytest.raises(StudyError) as caught:
+        parse_study(text, source="s.yaml")
+    assert str(caught.value).startswith(f"s.yaml:{line}: "), caught.value
+    assert why in str(caught.value)
+
+
+def test_study_file_past_the_size_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("# padding\n" * (MAX_STUDY_BYTES // 10 + 1))
+    with pytest.raises(StudyError, match=f"larger than {MAX_STUDY_BYTES} bytes"):
+        load_study(path)
+
+
+def test_non_utf8_study_file_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"name: s\nsteps:\n  - name: caf\xe9\n    script: echo\n")
+    with pytest.raises(StudyError) as caught:
+        load_study(path)
+    assert str(caught.value) == (
+        f"{path}:3: not UTF-8 text (byte 0xe9 at column 14); save the study file as UTF-8"
+    )
+
+
+def test_non_utf8_script_file_names_step_and_both_files(tmp_path: Path) -> None:
+    (tmp_path / "run.sh").write_bytes(b"echo ok\necho \xff\n")
+    (tmp_path / "s.yaml").write_text("steps:\n  - name: a\n    script_file: run.sh\n")
+    with pytest.raises(StudyError) as caught:
+        load_study(tmp_path / "s.yaml")
+    assert str(caught.value) == (
+        f'{tmp_path / "s.yaml"}:3: step "a": script_file: {tmp_path / "run.sh"}:2: not UTF-8 '
+        "text (byte 0xff at column 6); save the script file as UTF-8"
+    )
+
+
+# Fuzzing: any YAML value in any field of a study (and any text as a study) either loads or
+# raises StudyError naming the file. Anything else is a traceback for the user.
+_FIELDS = [*sorted(Step.model_fields), "script_file", "depends", "parameters", "backend"]
+_values = any_values(
+    words=["a", "b", "a.out", "b.x", "::::", "1h", "4Gi", "$(LAUNCHER)[2n]", "local", "s.yaml.sh"],
+    keys=st.one_of(st.sampled_from(_FIELDS), st.text(max_size=6)),
+)
+_plausible = {
+    "depends": st.one_of(st.sampled_from(["a", "b"]), st.lists(st.sampled_from(["a", "b", "c"]))),
+    "inputs": st.dictionaries(
+        st.sampled_from(["i", "x"]), st.sampled_from(["a.out", "b.out", "r/x:1", "::::"])
+    ),
+    "outputs": st.dictionaries(st.sampled_from(["out"]), st.sampled_from(["o.txt", "../x"])),
+    "parameters": st.dictionaries(
+        st.sampled_from(["X", "Y"]), st.lists(st.one_of(st.integers(0, 2), st.text(max_size=3)))
+    ),
+}
+_steps = st.builds(
+    lambda name, fields: {"name": name, "script": "echo", **fields},
+    st.one_of(st.sampled_from(["a", "b", "c", "b[X=1]"]), _values),
+    st.dictionaries(
+        st.sampled_from(_FIELDS),
+        st.one_of(_values, *_plausible.values()),
+        max_size=4,
+    ),
+)
+_studies = st.fixed_dictionaries(
+    {"steps": st.one_of(st.lists(_steps, min_size=1, max_size=4), _values)},
+    optional={"name": _values, "defaults": _values, "description": _values},
+)
+
+
+@given(_studies)
+@settings(max_examples=400, deadline=None)
+def test_any_study_document_loads_or_is_a_study_error(document: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "s.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        (Path(folder) / "s.yaml.sh").write_bytes(b"echo \xff\n")
+        try:
+            load_study(path)
+        except StudyError as exc:
+            assert str(exc).startswith(str(path)), exc
+        # The command line says the same with exit code 2, never a traceback (exit 1).
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["--state-dir", folder, "render", str(path), "--registry", "oci:/r"])
+        assert code in (0, 2), err.getvalue()
+        assert (code == 2) == err.getvalue().startswith("error: "), err.getvalue()
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_any_text_loads_or_is_a_study_error(text: str) -> None:
+    try:
+        parse_study(text, source="s.yaml")
+    except StudyError as exc:
+        assert str(exc).startswith("s.yaml"), exc
