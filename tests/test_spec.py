@@ -470,7 +470,18 @@ def test_counts_beyond_the_api_integer_fields_are_refused(
 
 
 @pytest.mark.parametrize(
-    "ref", ["::::", "UPPER/case:v1", "r:bad tag!", "r@sha256:short", "a//b:v1", "r:", ":v1", "/r"]
+    "ref",
+    [
+        "::::",
+        "UPPER/case:v1",
+        "r:bad tag!",
+        "r@sha256:short",
+        "a//b:v1",
+        "r:",
+        ":v1",
+        "/r",
+        "../r:v1",
+    ],
 )
 def test_malformed_input_references_are_refused_before_anything_runs(ref: str) -> None:
     message = refused(lambda: step(inputs={"data": ref}), ("inputs",), '"data"', "repository:tag")
