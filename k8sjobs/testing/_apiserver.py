@@ -18,14 +18,14 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from k8sjobs.testing import _errors, _patch, _selectors
+from k8sjobs.testing import _catalog, _errors, _patch, _selectors
+from k8sjobs.testing._crd import CRD_PLURAL, CrdController, check_unknown_fields
 from k8sjobs.testing._discovery import DISCOVERY
 from k8sjobs.testing._errors import ApiError
 from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
-from k8sjobs.testing._resources import RESOURCES, Resource
+from k8sjobs.testing._resources import Resource
 from k8sjobs.testing._store import Obj, Store, copy_obj
 
-_PREFIXES = {"/api/v1": "", "/apis/batch/v1": "batch"}
 _JSON = "application/json"
 _DEFAULT_WATCH_TIMEOUT = 1800.0
 
@@ -62,6 +62,7 @@ class ApiServer:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._discovery: dict[str, Any] = DISCOVERY
+        self.crds = CrdController(store)
 
     async def start(
         self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None
@@ -107,14 +108,12 @@ class ApiServer:
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
-        if path in self._discovery:
-            return _json_response(self._discovery[path])
+        document = self._document(path)
+        if document is not None:
+            return _json_response(document)
         if path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
-        prefix = next((p for p in _PREFIXES if path == p or path.startswith(p + "/")), None)
-        if prefix is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        resource, namespace, name, sub = _parse(path[len(prefix) :], _PREFIXES[prefix])
+        resource, namespace, name, sub = _parse(path, self.store.resources)
         verb = _verb(request.method, name, request.query)
         self.requests.record(RequestKey(verb, resource.plural, sub))
         delay = self.faults.delay_for(verb)
@@ -126,6 +125,16 @@ class ApiServer:
         handler = getattr(self, f"_{verb}")
         result: web.StreamResponse = await handler(request, resource, namespace, name, sub)
         return result
+
+    def _document(self, path: str) -> Any:
+        """Return the discovery or OpenAPI document at `path`, or None for a REST path."""
+        if path.count("/") <= 3 and path.startswith("/apis"):
+            document = _catalog.discovery(path, self.store.resources)
+            if document is not None:
+                return document
+        if path.startswith("/openapi/v3"):
+            return _catalog.openapi_v3(path, self.store.resources)
+        return self._discovery.get(path)
 
     # ------------------------------------------------------------------ verbs
 
@@ -276,10 +285,10 @@ class ApiServer:
         _check_kind(res, body)
         if sub:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
-        if request.query.get("dryRun"):
-            self.store.validator.validate_create(res, body)
-            return _json_response(body, 201)
-        return _json_response(self.store.create(res.plural, ns or "", body), 201)
+        dry_run = _dry_run(request, "CreateOptions")
+        warnings = _field_warnings(request, res, body)
+        created = self.store.create(res.plural, ns or "", body, dry_run=dry_run)
+        return _warn(_json_response(created, 201), warnings)
 
     async def _update(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
@@ -288,7 +297,10 @@ class ApiServer:
         _check_kind(res, body)
         if body.get("metadata", {}).get("name") != name:
             raise _errors.bad_request("the name of the object does not match the name on the URL")
-        return _json_response(self.store.update(res.plural, ns or "", body, subresource=sub))
+        dry_run = _dry_run(request, "UpdateOptions")
+        warnings = _field_warnings(request, res, body)
+        stored = self.store.update(res.plural, ns or "", body, subresource=sub, dry_run=dry_run)
+        return _warn(_json_response(stored), warnings)
 
     async def _patch(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
@@ -316,12 +328,17 @@ class ApiServer:
             patched["metadata"].pop("resourceVersion", None)
         if sub != "status" and res.has_status:
             patched["status"] = current.get("status", {})
-        return _json_response(self.store.update(res.plural, ns or "", patched, subresource=sub))
+        dry_run = _dry_run(request, "PatchOptions")
+        stored = self.store.update(res.plural, ns or "", patched, subresource=sub, dry_run=dry_run)
+        return _json_response(stored)
 
     async def _delete(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
         options = await _delete_options(request)
+        dry_run = _dry_run(request, "DeleteOptions", options.get("dryRun"))
+        if res.plural == CRD_PLURAL and not dry_run:
+            self.crds.delete(name)
         obj, gone = self.store.delete(
             res.plural,
             ns or "",
@@ -330,6 +347,7 @@ class ApiServer:
             propagation=options.get("propagationPolicy"),
             precondition_uid=(options.get("preconditions") or {}).get("uid"),
             precondition_rv=(options.get("preconditions") or {}).get("resourceVersion"),
+            dry_run=dry_run,
         )
         if res.plural == "pods" or not gone:
             return _json_response(obj)
@@ -440,19 +458,67 @@ class ApiServer:
 # ---------------------------------------------------------------------- helpers
 
 
-def _parse(rest: str, group: str) -> tuple[Resource, str | None, str, str]:
-    parts = [p for p in rest.split("/") if p]
+def _parse(path: str, resources: dict[str, Resource]) -> tuple[Resource, str | None, str, str]:
+    """Split a REST path into (resource, namespace, name, subresource), or raise 404."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, parts = "", parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, parts = parts[1], parts[2], parts[3:]
+    else:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
     namespace: str | None = None
     if len(parts) >= 3 and parts[0] == "namespaces":
         namespace, parts = parts[1], parts[2:]
-    if not parts or parts[0] not in RESOURCES or RESOURCES[parts[0]].group != group:
+    resource = resources.get(parts[0]) if parts else None
+    if resource is None or resource.group != group or not _serves(resource, version):
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-    resource = RESOURCES[parts[0]]
+    if (
+        len(parts) > 2
+        and resource.hooks is not None
+        and not (parts[2] == "status" and resource.has_status)
+    ):
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
     name = parts[1] if len(parts) > 1 else ""
     sub = parts[2] if len(parts) > 2 else ""
     if not resource.namespaced:
         namespace = ""
     return resource, namespace, name, sub
+
+
+def _field_warnings(request: web.Request, res: Resource, body: Any) -> list[str]:
+    if res.hooks is None:
+        return []
+    return check_unknown_fields(res, body, request.query.get("fieldValidation", "Warn"))
+
+
+def _warn(response: web.Response, warnings: list[str]) -> web.Response:
+    """Add one `Warning: 299` header per warning, as the real server does."""
+    for warning in warnings:
+        response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+    return response
+
+
+def _dry_run(request: web.Request, options_kind: str, body_value: Any = None) -> bool:
+    """Return whether the request asks for a dry run (`dryRun=All`), or raise 422."""
+    values = request.query.getall("dryRun", []) or list(body_value or [])
+    if not values:
+        return False
+    if values != ["All"]:
+        quoted = ", ".join(json.dumps(v) for v in values)
+        cause = {
+            "reason": "FieldValueNotSupported",
+            "message": f'Unsupported value: []string{{{quoted}}}: supported values: "All"',
+            "field": "dryRun",
+        }
+        raise _errors.invalid(options_kind, "", [cause], "meta.k8s.io")
+    return True
+
+
+def _serves(resource: Resource, version: str) -> bool:
+    if resource.hooks is None:
+        return version == resource.version
+    return version in resource.hooks.served
 
 
 def _verb(method: str, name: str, query: Any) -> str:

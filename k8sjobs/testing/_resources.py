@@ -11,13 +11,31 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from k8sjobs.testing import _errors
 
 SCHEMA_VERSION = "1.36.0"
 MAX_DATA_BYTES = 1024 * 1024
+
+
+class ResourceHooks(Protocol):
+    """What a resource defined at run time (a CRD, a custom kind) adds to the store's writes."""
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """Return the versions under which the resource is served."""
+
+    @property
+    def builtin_schema(self) -> bool:
+        """Return whether the built-in (kubernetes-validate) schema check applies too."""
+
+    def prepare(self, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Normalise `obj` in place before validation (prune, default), `old` on update."""
+
+    def causes(self, obj: dict[str, Any]) -> list[dict[str, str]]:
+        """Return the validation causes for `obj` (empty when it is valid)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +49,7 @@ class Resource:
     namespaced: bool
     has_generation: bool = False
     has_status: bool = False
+    hooks: ResourceHooks | None = field(default=None, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -252,7 +271,7 @@ class Validator:
         name = obj.get("metadata", {}).get("name", "")
         causes = self._name_causes(resource, name)
         causes += _semantic_causes(resource, obj)
-        if not causes:
+        if not causes and (resource.hooks is None or resource.hooks.builtin_schema):
             causes += self._schema_causes(obj)
         if causes:
             raise _errors.invalid(resource.kind, name, causes, resource.group)
@@ -263,7 +282,7 @@ class Validator:
         causes = _semantic_causes(resource, new)
         if resource.plural == "jobs":
             causes += _job_immutable_causes(old, new)
-        if not causes:
+        if not causes and (resource.hooks is None or resource.hooks.builtin_schema):
             causes += self._schema_causes(new)
         if causes:
             raise _errors.invalid(resource.kind, name, causes, resource.group)
@@ -321,6 +340,8 @@ def _shape(value: Any) -> Any:
 
 
 def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]]:
+    if resource.hooks is not None:
+        return resource.hooks.causes(obj)
     if resource.plural in ("configmaps", "secrets"):
         return _size_causes(obj)
     if resource.plural == "jobs":

@@ -104,6 +104,8 @@ class Store:
         validator: Validator | None = None,
     ) -> None:
         self.rv = 1
+        # Built-in kinds plus those CustomResourceDefinitions add at run time.
+        self.resources: dict[str, Resource] = dict(RESOURCES)
         self.validator = validator or Validator()
         self.watch_buffer = watch_buffer
         self._objects: dict[tuple[str, str], dict[str, Obj]] = collections.defaultdict(dict)
@@ -126,7 +128,7 @@ class Store:
         """Return the stored object or raise 404 NotFound."""
         obj = self.get(resource, namespace, name)
         if obj is None:
-            res = RESOURCES[resource]
+            res = self.resources[resource]
             raise _errors.not_found(resource, name, res.group)
         return obj
 
@@ -221,14 +223,28 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, resource: str, namespace: str, obj: Obj, *, validate: bool = True) -> Obj:
-        """Store a new object with server-set metadata and defaults; return it."""
-        res = RESOURCES[resource]
+    def create(
+        self,
+        resource: str,
+        namespace: str,
+        obj: Obj,
+        *,
+        validate: bool = True,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Store a new object with server-set metadata and defaults; return it.
+
+        `dry_run` does everything but store it: no resourceVersion, no event.
+        """
+        res = self.resources[resource]
         obj = copy_obj(obj)
         obj["kind"], obj["apiVersion"] = res.kind, res.api_version
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = self._generate_name(resource, namespace, meta["generateName"])
+        if res.hooks is not None:
+            res.hooks.prepare(obj, None)
+            meta = obj["metadata"]
         if validate:
             self.validator.validate_create(res, obj)
         name = meta["name"]
@@ -239,6 +255,9 @@ class Store:
         uid = str(uuid.uuid4())
         obj = self._with_server_metadata(res, obj, namespace, uid)
         apply_defaults(res, obj, uid)
+        if dry_run:
+            del obj["metadata"]["resourceVersion"]
+            return obj
         return self._put(res, namespace, obj, "ADDED")
 
     def update(
@@ -249,27 +268,33 @@ class Store:
         *,
         subresource: str = "",
         validate: bool = True,
+        dry_run: bool = False,
     ) -> Obj:
         """Replace an object, enforcing optimistic concurrency; return the stored object.
 
         A main-resource update keeps the old status and a status update keeps everything
         but the status, as the real registry does. A no-op write does not bump the
         resourceVersion and emits no event. `subresource="*"` (in-process only) replaces spec
-        and status at once, as a scheduler's binding plus status write would.
+        and status at once, as a scheduler's binding plus status write would. `dry_run`
+        validates and returns what would be stored, storing nothing.
         """
-        res = RESOURCES[resource]
+        res = self.resources[resource]
         name = obj.get("metadata", {}).get("name", "")
         old = self.require(resource, namespace, name)
         sent_rv = obj.get("metadata", {}).get("resourceVersion")
         if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
             raise _errors.conflict(resource, name, res.group)
         new = self._merge_update(res, old, copy_obj(obj), subresource)
+        if res.hooks is not None:
+            res.hooks.prepare(new, old)
         if validate and subresource != "status":
             self.validator.validate_update(res, old, new)
         if new == old:
             return old
-        if res.has_generation and subresource != "*" and new.get("spec") != old.get("spec"):
+        if res.has_generation and subresource != "*" and _spec_changed(res, old, new):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        if dry_run:
+            return new
         meta = new["metadata"]
         if (
             meta.get("deletionTimestamp")
@@ -289,15 +314,21 @@ class Store:
         propagation: str | None = None,
         precondition_uid: str | None = None,
         precondition_rv: str | None = None,
+        dry_run: bool = False,
     ) -> tuple[Obj, bool]:
-        """Delete (or start deleting) an object; return it and whether it is gone now."""
-        res = RESOURCES[resource]
+        """Delete (or start deleting) an object; return it and whether it is gone now.
+
+        `dry_run` checks the preconditions and returns what the deletion would answer.
+        """
+        res = self.resources[resource]
         obj = self.require(resource, namespace, name)
         meta = obj["metadata"]
         if precondition_uid and precondition_uid != meta["uid"]:
             raise _errors.conflict(resource, name, res.group)
         if precondition_rv and precondition_rv != meta["resourceVersion"]:
             raise _errors.conflict(resource, name, res.group)
+        if dry_run:
+            return self._deletion_preview(res, obj, grace_seconds)
         propagation = propagation or ("Orphan" if resource == "jobs" else "Background")
         if propagation == "Orphan":
             self._orphan_dependents(meta["uid"])
@@ -315,7 +346,23 @@ class Store:
             return self._mark_deleting(res, namespace, obj, grace, finalizers), False
         return self._remove(res, namespace, obj, propagation), True
 
+    def close_watches(self, resource: str) -> None:
+        """End every watch of `resource` (its CustomResourceDefinition is gone)."""
+        for watcher in self._watchers.pop(resource, set()):
+            watcher.close("resource removed")
+
     # ------------------------------------------------------------------ internals
+
+    def _deletion_preview(
+        self, res: Resource, obj: Obj, grace_seconds: int | None
+    ) -> tuple[Obj, bool]:
+        grace = self._grace_seconds(res, obj, grace_seconds)
+        if grace == 0 and not obj["metadata"].get("finalizers"):
+            return obj, True
+        meta = dict(obj["metadata"])
+        meta.setdefault("deletionTimestamp", now_rfc3339(grace))
+        meta.setdefault("deletionGracePeriodSeconds", grace)
+        return dict(obj, metadata=meta), False
 
     def _require_namespace(self, namespace: str) -> None:
         ns = self.get("namespaces", "", namespace)
@@ -487,7 +534,7 @@ class Store:
             ]
             if live_owners or meta.get("deletionTimestamp"):
                 continue
-            res = RESOURCES[self._by_uid[meta["uid"]][0]]
+            res = self.resources[self._by_uid[meta["uid"]][0]]
             ns = meta.get("namespace", "")
             try:
                 self.delete(res.plural, ns, meta["name"], propagation=propagation)
@@ -505,7 +552,7 @@ class Store:
         finalizers = [
             f for f in owner["metadata"].get("finalizers", []) if f != "foregroundDeletion"
         ]
-        res = RESOURCES[self._by_uid[uid][0]]
+        res = self.resources[self._by_uid[uid][0]]
         updated = dict(owner)
         updated["metadata"] = dict(owner["metadata"], finalizers=finalizers)
         if not finalizers:
@@ -520,7 +567,7 @@ class Store:
             updated["metadata"] = dict(meta, ownerReferences=refs)
             if not refs:
                 del updated["metadata"]["ownerReferences"]
-            res = RESOURCES[self._by_uid[meta["uid"]][0]]
+            res = self.resources[self._by_uid[meta["uid"]][0]]
             self.update(res.plural, meta.get("namespace", ""), updated, validate=False)
 
     def _empty_namespace(self, namespace: str) -> None:
@@ -531,7 +578,16 @@ class Store:
                 obj = bucket.get(name)
                 if obj is None:
                     continue
-                self._remove(RESOURCES[resource], ns, obj)
+                self._remove(self.resources[resource], ns, obj)
+
+
+def _spec_changed(res: Resource, old: Obj, new: Obj) -> bool:
+    """Return whether a write changes what `metadata.generation` counts (the spec)."""
+    if res.hooks is None:
+        return new.get("spec") != old.get("spec")
+    # A custom kind counts every field but metadata (and status when it is a subresource).
+    ignored = ("metadata", "status") if res.has_status else ("metadata",)
+    return any(new.get(k) != old.get(k) for k in new.keys() | old.keys() if k not in ignored)
 
 
 def _sort_maps(obj: Obj) -> None:
