@@ -30,7 +30,9 @@ naming the object and the cause; they never hold a secret.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
@@ -56,7 +58,39 @@ __all__ = [
     "StudyError",
     "UnsafeArchive",
     "UploadFailed",
+    "scrub",
 ]
+
+REDACTED = "[redacted]"
+_CREDENTIAL_PATTERNS = (
+    # An Authorization value: "Basic <base64>", "Bearer <token>".
+    re.compile(r"(?i)\b(basic|bearer)(\s+)(?!auth|realm)[A-Za-z0-9._~+/=-]{8,}"),
+    # user:password@ (or a token as user@) in a URL.
+    re.compile(r"(//)[^\s/@\"']+@"),
+    # password=..., "token": "...", secret: ...
+    re.compile(
+        r"(?i)\b(password|passwd|secret|token|access_token|identitytoken|auth)"
+        r"([\"']?\s*[:=]\s*[\"']?)[^\s\"',;&}]+"
+    ),
+)
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """Return ``text`` with credentials replaced by "[redacted]": Authorization values,
+    userinfo in URLs, ``password=``-like fields, and each of ``secrets`` (as given and as
+    the base64 of a basic header). The one function every error message passes through."""
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    text = _CREDENTIAL_PATTERNS[0].sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+    text = _CREDENTIAL_PATTERNS[1].sub(lambda m: f"{m[1]}{REDACTED}@", text)
+    return _CREDENTIAL_PATTERNS[2].sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+
+
+def basic_forms(username: str, password: str) -> list[str]:
+    """Return the password and the base64 forms a basic header carries it in."""
+    raw = f"{username}:{password}".encode()
+    return [password, base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()]
 
 
 class K8sJobsError(Exception):
@@ -132,7 +166,12 @@ class ServerUnavailable(ApiError):
 
 
 class RegistryError(K8sJobsError):
-    """Storing or fetching an artifact failed."""
+    """Storing or fetching an artifact failed. The message is scrubbed of credentials when
+    the error is made (``scrub``), whichever code raised it: text a registry sent back can
+    echo an Authorization header."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
 
 
 class InvalidReference(RegistryError, ValueError):

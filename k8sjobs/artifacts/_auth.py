@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +108,11 @@ def _from_auths(auths: Mapping[str, Any], host: str) -> Credentials | None:
 async def run_credential_helper(
     name: str, host: str, timeout: float = HELPER_TIMEOUT
 ) -> Credentials | None:
-    """Return what ``docker-credential-<name> get`` says for ``host``, or None if it has nothing."""
+    """Return what ``docker-credential-<name> get`` says for ``host``, or None if it has nothing.
+
+    The helper runs in a process group of its own: at the timeout (or if the caller is
+    cancelled) the whole group is killed, so a helper that forks leaves nothing behind.
+    """
     program = f"docker-credential-{name}"
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -115,6 +121,7 @@ async def run_credential_helper(
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
     except OSError as exc:
         raise AuthenticationError(
@@ -123,11 +130,13 @@ async def run_credential_helper(
     try:
         out, _ = await asyncio.wait_for(proc.communicate(host.encode()), timeout)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
         raise AuthenticationError(
             f"Credential helper {program} did not answer for {host} within {timeout:g} s."
         ) from None
+    finally:
+        if proc.returncode is None or (proc.stdout is not None and not proc.stdout.at_eof()):
+            _kill_group(proc.pid)
+            await proc.wait()
     if proc.returncode != 0:
         return None  # helpers exit non-zero for "credentials not found"
     try:
@@ -137,6 +146,12 @@ async def run_credential_helper(
         raise AuthenticationError(
             f"Credential helper {program} gave unreadable output for {host}."
         ) from None
+
+
+def _kill_group(pgid: int) -> None:
+    """Kill every process of a helper's group (it may have forked)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 async def find_credentials(host: str) -> Credentials | None:

@@ -28,6 +28,8 @@ from ..errors import (
     RegistryError,
     RegistryUnavailable,
     UploadFailed,
+    basic_forms,
+    scrub,
 )
 from . import _auth
 
@@ -222,6 +224,14 @@ class Transport:
             )
         return self._session
 
+    def _secrets(self) -> list[str]:
+        """Every credential this transport holds: what registry text must never repeat."""
+        found: list[str] = list(self._tokens.values())
+        for creds in [self._explicit, *self._creds.values()]:
+            if creds is not None:
+                found.extend(basic_forms(creds.username, creds.password))
+        return found
+
     async def close(self) -> None:
         """Close the session and forget tokens."""
         if self._session is not None:
@@ -359,7 +369,7 @@ class Transport:
             return resp
         body = b"" if method == "HEAD" else await resp.content.read(4096)
         resp.release()
-        detail = registry_message(body)
+        detail = scrub(registry_message(body), self._secrets())
         if resp.status == 401:
             raise AuthenticationError(f"{what}: the registry refused the credentials (HTTP 401).")
         if resp.status == 403:
