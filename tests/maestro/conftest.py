@@ -1,11 +1,11 @@
 """Fixtures for the Maestro adapter tests: a fake cluster, and maestrowf as installed.
 
-``maestro_env`` simulates ``pip install k8sjobs``: it puts the shipped
-``k8sjobs-maestro.pth`` in a directory that a ``sitecustomize`` module (found through
-PYTHONPATH) adds as a site directory, so Python processes the .pth as it does in
-site-packages and a plain ``maestro`` subprocess finds ``type: kubernetes`` exactly as it
-would after an install. (A user site directory would be simpler, but a virtual environment
-ignores it.)
+``maestro_cli`` runs the ``maestro`` command of the test environment as it is: an
+editable install (scripts/test), whose ``k8sjobs-maestro.pth`` setup.py put in
+site-packages. ``maestro_env`` simulates ``pip install k8sjobs`` from a wheel: it puts the
+shipped .pth in a directory that a ``sitecustomize`` module (found through PYTHONPATH) adds
+as a site directory, so Python processes the .pth as it does in site-packages. (A user
+site directory would be simpler, but a virtual environment ignores it.)
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sysconfig
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest_asyncio
 
 from k8sjobs.testing import ControllerConfig, FakeCluster
 
-PTH = Path(__file__).parents[2] / "k8sjobs" / "k8sjobs-maestro.pth"
+PTH = Path(__file__).parents[2] / "k8sjobs" / "maestro" / "k8sjobs-maestro.pth"
 FAST = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=2.0)
 
 
@@ -70,18 +71,27 @@ MaestroCli = Callable[..., Coroutine[Any, Any, tuple[int, str]]]
 
 
 @pytest.fixture
-def maestro_cli(maestro_env: dict[str, str]) -> MaestroCli:
-    """Return ``run(*args, cwd=, timeout=)``: the installed ``maestro`` console script."""
+def maestro_cli() -> MaestroCli:
+    """Return ``run(*args, cwd=, timeout=)``: the installed ``maestro`` console script.
+
+    It runs in the test environment unchanged (no sitecustomize): the editable install's
+    own .pth file must be what shows it ``type: kubernetes``.
+    """
     executable = shutil.which("maestro")
     if executable is None:
         pytest.skip("maestrowf's maestro command is not installed")
+    installed = Path(sysconfig.get_paths()["purelib"]) / PTH.name
+    if not installed.is_file():
+        pytest.fail(
+            f"{installed} is missing: this environment's k8sjobs was installed before setup.py "
+            "shipped the .pth to editable installs too; reinstall it (.venv/bin/pip install -e .)"
+        )
 
     async def run(*args: str, cwd: Path, timeout: float = 60.0) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
             executable,
             *args,
             cwd=cwd,
-            env=maestro_env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )

@@ -13,7 +13,7 @@ between calls and is synchronous. So the adapter keeps nothing in memory between
 The ``run:`` block of a Maestro spec is schema-locked, so the Kubernetes settings (image,
 shell, namespace, artifact registry, memory, ...) come from the ``batch:`` block, with
 per-step overrides under ``batch.steps.<step name>`` (see docs/maestro.md). ``maestro run``
-finds ``type: kubernetes`` through ``k8sjobs._maestro_hook``.
+finds ``type: kubernetes`` through ``k8sjobs.maestro._hook``.
 """
 
 from __future__ import annotations
@@ -42,17 +42,17 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ApiError, NotFound
-from .kube.client import JOBS, PODS, Kind, KubeClient
-from .kube.config import load_config
-from .kube.create import create_step
-from .kube.watch import wait_deleted
-from .names import is_dns_label, job_name
-from .render import MAIN_CONTAINER, Manifests, Target, render
-from .spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
-from .state import StepResult, StepState
-from .status import judge
-from .sync import run
+from ..errors import ApiError, NotFound
+from ..kube.client import JOBS, PODS, Kind, KubeClient
+from ..kube.config import load_config
+from ..kube.create import create_step
+from ..kube.watch import wait_deleted
+from ..names import is_dns_label, job_name
+from ..render import MAIN_CONTAINER, Manifests, Target, render
+from ..spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
+from ..state import StepResult, StepState
+from ..status import judge
+from ..sync import run
 
 with warnings.catch_warnings():
     # maestrowf 1.2 scans its adapters with the deprecated loader.load_module(); that is

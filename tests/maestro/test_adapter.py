@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,16 +13,14 @@ from typing import Any
 import pytest
 from maestrowf.abstracts.enums import CancelCode, JobStatusCode, State, SubmissionCode
 
-from k8sjobs import _maestro_hook
 from k8sjobs.maestro import (
     ANNOTATION_WORKSPACE,
     KubernetesScriptAdapter,
-    _hardware_failure,
     format_job_id,
-    load_batch,
     maestro_state,
     parse_job_id,
 )
+from k8sjobs.maestro.adapter import _hardware_failure, load_batch
 from k8sjobs.state import StepResult, StepState
 from k8sjobs.testing import FakeCluster
 
@@ -32,8 +28,6 @@ with warnings.catch_warnings():
     # maestrowf 1.2 scans its adapters with the deprecated loader.load_module().
     warnings.simplefilter("ignore", DeprecationWarning)
     from maestrowf.datastructures.core.study import StudyStep
-
-PTH = Path(__file__).parents[2] / "k8sjobs" / "k8sjobs-maestro.pth"
 
 
 def study_step(name: str, cmd: str, **run: Any) -> StudyStep:
@@ -322,73 +316,6 @@ async def test_resubmitting_an_ended_job_runs_it_again(
     assert record.cancel_status is CancelCode.OK
     _, states = await asyncio.to_thread(chosen.check_jobs, [job_id])
     assert states[job_id] is State.CANCELLED
-
-
-# ---- registration ------------------------------------------------------------------------
-
-
-def test_shipped_pth_file_is_the_hook_line() -> None:
-    assert PTH.read_text() == _maestro_hook.PTH_LINE
-    assert PTH.read_text().startswith("import ") and PTH.read_text().count("\n") == 1
-
-
-def test_plain_python_finds_the_adapter_through_the_pth_file(
-    maestro_env: dict[str, str],
-) -> None:
-    probe = (
-        "import sys\n"
-        "assert 'k8sjobs' not in sys.modules and 'maestrowf' not in sys.modules\n"
-        "from maestrowf.interfaces import ScriptAdapterFactory\n"
-        "cls = ScriptAdapterFactory.get_adapter('kubernetes')\n"
-        "print(cls.__module__, cls.__name__, sorted(ScriptAdapterFactory.get_valid_adapters()))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], env=maestro_env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[:2] == ["k8sjobs.maestro", "KubernetesScriptAdapter"]
-    assert "'slurm'" in done.stdout and "'local'" in done.stdout
-    assert done.stderr == ""
-
-
-def test_without_the_pth_file_maestro_does_not_know_kubernetes() -> None:
-    env = dict(os.environ)  # the test process has no .pth hook: an editable install
-    probe = (
-        "from maestrowf.interfaces import ScriptAdapterFactory\n"
-        "print('kubernetes' in ScriptAdapterFactory.get_valid_adapters())\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.stdout.strip() == "False", done.stderr
-
-
-def test_install_is_idempotent_and_extends_a_loaded_package() -> None:
-    import maestrowf.interfaces.script as script_package
-
-    had = _maestro_hook.installed()
-    try:
-        _maestro_hook.install()
-        _maestro_hook.install()
-        marks = [f for f in sys.meta_path if getattr(f, "_k8sjobs_maestro_hook", False)]
-        assert len(marks) == 1
-        assert script_package.__path__.count(_maestro_hook.ADAPTER_DIR) == 1
-    finally:
-        if not had:
-            _maestro_hook.uninstall()
-        if _maestro_hook.ADAPTER_DIR in script_package.__path__:
-            script_package.__path__.remove(_maestro_hook.ADAPTER_DIR)
-
-
-def test_pth_line_run_twice_installs_one_finder() -> None:
-    probe = (
-        "import sys\n"
-        f"exec({_maestro_hook.PTH_LINE!r})\n"
-        f"exec({_maestro_hook.PTH_LINE!r})\n"
-        "print(sum(getattr(f, '_k8sjobs_maestro_hook', False) for f in sys.meta_path))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "1", done.stderr
 
 
 # ---- docs/maestro.md ---------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 maestrowf 1.2 has no plugin entry point: ``ScriptAdapterFactory`` lists the modules found on
 ``maestrowf.interfaces.script.__path__`` and registers every concrete ScriptAdapter in them.
-This module adds one directory, ``k8sjobs/_maestro_adapters``, to that ``__path__`` the
+This module adds one directory, ``k8sjobs/maestro/_adapters``, to that ``__path__`` the
 moment maestrowf imports the package, and does nothing else:
 
-- ``k8sjobs-maestro.pth`` (installed next to the package, in site-packages) puts a stand-in
+- ``k8sjobs-maestro.pth`` (installed next to the package, in site-packages, by a wheel or
+  an editable install: see setup.py) puts a stand-in
   finder on ``sys.meta_path`` at interpreter start; neither k8sjobs nor maestrowf is
   imported, and every other import is declined by one string comparison. When maestrowf
   imports its script package, the stand-in loads this file by path and calls ``install()``.
@@ -28,7 +29,7 @@ from typing import Any
 __all__ = ["ADAPTER_DIR", "PTH_LINE", "TARGET", "install", "installed", "uninstall"]
 
 TARGET = "maestrowf.interfaces.script"
-ADAPTER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_maestro_adapters")
+ADAPTER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_adapters")
 _MARK = "_k8sjobs_maestro_hook"
 
 # What ``k8sjobs-maestro.pth`` runs at interpreter start: a stand-in finder that waits for
@@ -52,7 +53,7 @@ class _K8sjobsMaestroBootstrap:
             where = found and found.submodule_search_locations
             if not where:
                 return None
-            spec = spec_from_file_location("_k8sjobs_maestro_hook", where[0] + "/_maestro_hook.py")
+            spec = spec_from_file_location("_k8sjobs_maestro_hook", where[0] + "/maestro/_hook.py")
             module = module_from_spec(spec)
             spec.loader.exec_module(module)
             module.install()

@@ -1,1 +1,0 @@
-"""Modules that maestrowf's adapter scan loads (see k8sjobs._maestro_hook); nothing else."""

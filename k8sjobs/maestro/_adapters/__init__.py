@@ -1,0 +1,1 @@
+"""Modules that maestrowf's adapter scan loads (see k8sjobs.maestro._hook); nothing else."""
