@@ -22,6 +22,8 @@ from k8sjobs.testing import _catalog, _errors, _patch, _selectors
 from k8sjobs.testing._crd import CRD_PLURAL, CrdController, check_unknown_fields
 from k8sjobs.testing._discovery import DISCOVERY
 from k8sjobs.testing._errors import ApiError
+from k8sjobs.testing._eviction import evict, eviction_grace
+from k8sjobs.testing._eviction import success_status as eviction_status
 from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
 from k8sjobs.testing._resources import Resource
 from k8sjobs.testing._store import Obj, Store, copy_obj
@@ -282,6 +284,9 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
         body = await _read_json(request)
+        if res.plural == "pods" and sub == "eviction":
+            evict(self.store, ns, name, eviction_grace(body, name))
+            return _json_response(eviction_status(), 201)
         _check_kind(res, body)
         if sub:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")

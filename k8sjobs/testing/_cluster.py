@@ -22,6 +22,7 @@ import yaml
 
 from k8sjobs.testing._apiserver import ApiServer
 from k8sjobs.testing._controller import ControllerConfig, JobController
+from k8sjobs.testing._eviction import evict
 from k8sjobs.testing._faults import Faults, RequestLog
 from k8sjobs.testing._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
 from k8sjobs.testing._resources import Validator
@@ -167,6 +168,17 @@ class FakeCluster:
         }
         path.write_text(yaml.safe_dump(config))
         return path
+
+    # ------------------------------------------------------------------ faults
+
+    def evict(self, pod: str, namespace: str = "default", grace_seconds: int | None = None) -> Obj:
+        """Evict a pod now, as the Eviction API does (a node drain, a preemption).
+
+        The pod gets a `DisruptionTarget` condition (reason EvictionByEvictionAPI) and is
+        deleted gracefully, so that a Job's podFailurePolicy sees a disruption. Return the
+        pod; raise ApiError (404) when there is none.
+        """
+        return evict(self.store, namespace, pod, grace_seconds)
 
     # ------------------------------------------------------------------ assertions
 

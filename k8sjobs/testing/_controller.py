@@ -20,15 +20,16 @@ import heapq
 import itertools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from k8sjobs.testing import _job_policies as policies
 from k8sjobs.testing._errors import ApiError
+from k8sjobs.testing._job_policies import INDEX_KEY, format_indexes, parse_indexes, pod_index
 from k8sjobs.testing._store import Event, Obj, Store, copy_obj, now_rfc3339
 
 log = logging.getLogger(__name__)
 
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
-INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 _TERMINAL = ("Succeeded", "Failed")
 _STATUS_ORDER = (
     "conditions",
@@ -47,6 +48,8 @@ _MESSAGES = {
     "BackoffLimitExceeded": "Job has reached the specified backoff limit",
     "DeadlineExceeded": "Job was active longer than specified deadline",
     "CompletionsReached": "Reached expected number of succeeded pods",
+    "FailedIndexes": "Job has failed indexes",
+    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
 }
 
 
@@ -74,6 +77,10 @@ class _Outcome:
     new_failed: list[Obj]
     ignored: list[Obj]
     failjob_message: str | None = None
+    failed_indexes: set[int] = field(default_factory=set)
+    # Failed pods whose finalizer waits until their index has a replacement (which copies
+    # their failure count), under backoffLimitPerIndex: neither counted nor released yet.
+    delayed: list[Obj] = field(default_factory=list)
 
 
 class JobController:
@@ -88,8 +95,12 @@ class JobController:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._started: dict[str, float] = {}
-        self._last_failure: dict[str, float] = {}
+        # Per Job uid: (failures since the last success, when the last was seen), and
+        # when each failed pod was first seen; the pod-recreation backoff counts from them.
+        self._failures: dict[str, tuple[int, float]] = {}
+        self._failed_at: dict[str, dict[str, float]] = {}
         self._finished: dict[str, float] = {}
+        self._generations: dict[str, int] = {}
         store.listen(self._on_event)
 
     def start(self) -> None:
@@ -109,9 +120,22 @@ class JobController:
 
     def _on_event(self, event: Event) -> None:
         if event.resource == "jobs":
-            self._enqueue(event.namespace, event.obj["metadata"]["name"], 0.0)
+            self._on_job(event)
         elif event.resource == "pods":
             self._on_pod(event)
+
+    def _on_job(self, event: Event) -> None:
+        # As the real updateJob: a new Job or a spec change syncs at once, a status-only
+        # change (most often this controller's own write) waits for the batch period.
+        meta = event.obj["metadata"]
+        generation = meta.get("generation", 1)
+        if event.type == "DELETED":
+            self._generations.pop(meta["uid"], None)
+            return
+        seen = self._generations.get(meta["uid"])
+        self._generations[meta["uid"]] = generation
+        delay = 0.0 if seen != generation else self.config.batch_period
+        self._enqueue(event.namespace, meta["name"], delay)
 
     def _on_pod(self, event: Event) -> None:
         meta = event.obj["metadata"]
@@ -180,19 +204,24 @@ class JobController:
             return
         if _finished_condition(job):
             self._release(namespace, [p for p in pods if _tracked(p)])
+            self._forget_failures(uid)
             self._handle_ttl(job)
             return
         status = copy_obj(job.get("status") or {})
         outcome = self._classify(job, pods, status)
+        self._note_failures(job, pods, outcome)
         conditions = status.setdefault("conditions", [])
         self._decide_interim(job, status, outcome)
         if _has(conditions, "FailureTarget") or _has(conditions, "SuccessCriteriaMet"):
+            # A finishing Job keeps no pod back for its index's replacement.
+            outcome.new_failed += outcome.delayed
+            outcome.delayed = []
             outcome = self._stop_active(job, status, outcome)
         elif job["spec"].get("suspend"):
             outcome = self._suspend(job, status, outcome)
         else:
             self._resume(job, status)
-            outcome.active += self._create_pods(job, status, outcome)
+            outcome.active += self._create_pods(job, status, outcome, pods)
         self._write_counts(job, status, outcome)
 
     def _classify(self, job: Obj, pods: list[Obj], status: Obj) -> _Outcome:
@@ -208,18 +237,64 @@ class JobController:
                 continue
             if phase == "Succeeded":
                 outcome.new_succeeded.append(pod)
-            elif phase == "Failed":
+            elif policies.pod_failed(job, pod):
                 self._judge_failure(job, pod, outcome)
+        if job["spec"].get("backoffLimitPerIndex") is not None:
+            self._delay_for_replacement(status, outcome)
         return outcome
 
     def _judge_failure(self, job: Obj, pod: Obj, outcome: _Outcome) -> None:
-        action, message = _pod_failure_policy(job, pod)
+        action, message = policies.pod_failure_action(job, pod)
+        if job["spec"].get("backoffLimitPerIndex") is not None and policies.index_failed(
+            job, pod, action
+        ):
+            outcome.failed_indexes.add(pod_index(pod))
         if action == "Ignore":
             outcome.ignored.append(pod)
             return
         if action == "FailJob" and outcome.failjob_message is None:
             outcome.failjob_message = message
         outcome.new_failed.append(pod)
+
+    def _delay_for_replacement(self, status: Obj, outcome: _Outcome) -> None:
+        """Hold back the latest failed pod of each index that is not replaced yet."""
+        settled = parse_indexes(status.get("completedIndexes"))
+        settled |= {pod_index(p) for p in outcome.new_succeeded}
+        settled |= parse_indexes(status.get("failedIndexes")) | outcome.failed_indexes
+        settled |= {pod_index(p) for p in outcome.active}
+        latest: dict[int, Obj] = {}
+        for pod in outcome.new_failed:
+            index = pod_index(pod)
+            if index < 0 or index in settled:
+                continue
+            if index not in latest or _replacement_order(pod) >= _replacement_order(latest[index]):
+                latest[index] = pod
+        held = {p["metadata"]["uid"] for p in latest.values()}
+        outcome.delayed = list(latest.values())
+        outcome.new_failed = [p for p in outcome.new_failed if p["metadata"]["uid"] not in held]
+
+    def _note_failures(self, job: Obj, pods: list[Obj], outcome: _Outcome) -> None:
+        """Remember when each failed pod was first seen: the retry backoff counts from it."""
+        uid = job["metadata"]["uid"]
+        seen = self._failed_at.setdefault(uid, {})
+        now = time.monotonic()
+        fresh = [
+            p
+            for p in [*outcome.new_failed, *outcome.ignored, *outcome.delayed]
+            if p["metadata"]["uid"] not in seen and policies.pod_failed(job, p)
+        ]
+        for pod in fresh:
+            seen[pod["metadata"]["uid"]] = now
+        count, last = self._failures.get(uid, (0, 0.0))
+        if outcome.new_succeeded:
+            count = 0  # the backoff grows with the failures since the last success
+        if fresh:
+            count, last = count + len(fresh), now
+        self._failures[uid] = (count, last)
+
+    def _forget_failures(self, uid: str) -> None:
+        self._failed_at.pop(uid, None)
+        self._failures.pop(uid, None)
 
     def _decide_interim(self, job: Obj, status: Obj, outcome: _Outcome) -> None:
         conditions = status["conditions"]
@@ -235,6 +310,10 @@ class JobController:
             self._fail_target(job, conditions, "BackoffLimitExceeded")
         elif self._past_deadline(job, status):
             self._fail_target(job, conditions, "DeadlineExceeded")
+        elif reason := _failed_indexes_reason(job, status, outcome):
+            self._fail_target(job, conditions, reason)
+        elif message := _success_policy_message(job, status, outcome):
+            _set_condition(conditions, "SuccessCriteriaMet", "True", "SuccessPolicy", message)
         elif self._succeeded_enough(job, status, outcome):
             _set_condition(
                 conditions,
@@ -259,8 +338,7 @@ class JobController:
         spec = job["spec"]
         completions = spec.get("completions")
         if spec.get("completionMode") == "Indexed":
-            indexes = _parse_indexes(status.get("completedIndexes", ""))
-            indexes |= {_index(p) for p in outcome.new_succeeded}
+            indexes = _succeeded_indexes(status, outcome)
             return completions is not None and len(indexes) >= completions
         succeeded = _succeeded_total(status, outcome)
         if completions is None:
@@ -277,15 +355,19 @@ class JobController:
         ]
         outcome.terminating += [p for p in deleted if p is not None]
         outcome.active = []
+        counted = {p["metadata"]["uid"] for p in [*outcome.new_failed, *outcome.ignored]}
+        stopped = [
+            p
+            for p in outcome.terminating
+            if _tracked(p)
+            and p["metadata"]["uid"] not in counted
+            and p["metadata"]["uid"] not in _uncounted(status)
+        ]
+        # Pods stopped by a failing Job count as failed; by a succeeding one, not at all.
         if failing:
-            counted = {p["metadata"]["uid"] for p in outcome.new_failed}
-            outcome.new_failed += [
-                p
-                for p in outcome.terminating
-                if _tracked(p)
-                and p["metadata"]["uid"] not in counted
-                and p["metadata"]["uid"] not in _uncounted(status)
-            ]
+            outcome.new_failed += stopped
+        else:
+            outcome.ignored += stopped
         return outcome
 
     def _suspend(self, job: Obj, status: Obj, outcome: _Outcome) -> _Outcome:
@@ -319,16 +401,22 @@ class JobController:
 
     # ------------------------------------------------------------------ pods
 
-    def _create_pods(self, job: Obj, status: Obj, outcome: _Outcome) -> list[Obj]:
+    def _create_pods(self, job: Obj, status: Obj, outcome: _Outcome, pods: list[Obj]) -> list[Obj]:
         spec = job["spec"]
-        wait = self._backoff_remaining(job, status, outcome)
+        parallelism = spec.get("parallelism", 1)
+        # Under podReplacementPolicy Failed, a terminating pod still holds its place.
+        holding = outcome.active + (
+            outcome.terminating if policies.only_replace_failed(job) else []
+        )
+        if spec.get("completionMode") == "Indexed" and spec.get("backoffLimitPerIndex") is not None:
+            return self._create_indexed_with_backoff(job, status, outcome, pods, holding)
+        wait = self._backoff_remaining(job)
         if wait > 0:
             self._enqueue(job["metadata"]["namespace"], job["metadata"]["name"], wait)
             return []
-        parallelism = spec.get("parallelism", 1)
         if spec.get("completionMode") == "Indexed":
-            indexes = self._missing_indexes(job, status, outcome)
-            count = max(parallelism - len(outcome.active), 0)
+            indexes = self._missing_indexes(job, status, outcome, holding)
+            count = max(parallelism - len(holding), 0)
             return [self._create_pod(job, index) for index in indexes[:count]]
         completions = spec.get("completions")
         succeeded = _succeeded_total(status, outcome)
@@ -336,26 +424,58 @@ class JobController:
             want = 0 if succeeded else parallelism
         else:
             want = min(parallelism, completions - succeeded)
-        return [self._create_pod(job, None) for _ in range(max(want - len(outcome.active), 0))]
+        return [self._create_pod(job, None) for _ in range(max(want - len(holding), 0))]
 
-    def _backoff_remaining(self, job: Obj, status: Obj, outcome: _Outcome) -> float:
-        uid = job["metadata"]["uid"]
-        failed = _failed_total(status, outcome)
-        if outcome.new_failed:
-            self._last_failure[uid] = time.monotonic()
-        if failed == 0 or uid not in self._last_failure:
+    def _create_indexed_with_backoff(
+        self, job: Obj, status: Obj, outcome: _Outcome, pods: list[Obj], holding: list[Obj]
+    ) -> list[Obj]:
+        """Create the missing indexes whose own backoff (backoffLimitPerIndex) has passed."""
+        count = max(job["spec"].get("parallelism", 1) - len(holding), 0)
+        created: list[Obj] = []
+        soonest: float | None = None
+        for index in self._missing_indexes(job, status, outcome, holding):
+            if len(created) == count:
+                break
+            replaced = _latest_failed(job, pods, index)
+            wait = self._index_backoff_remaining(job, replaced)
+            if wait > 0:
+                soonest = wait if soonest is None else min(soonest, wait)
+                continue
+            counts = policies.next_failure_counts(job, replaced)
+            created.append(self._create_pod(job, index, counts))
+        if soonest is not None:
+            self._enqueue(job["metadata"]["namespace"], job["metadata"]["name"], soonest)
+        return created
+
+    def _backoff_remaining(self, job: Obj) -> float:
+        failures, last = self._failures.get(job["metadata"]["uid"], (0, 0.0))
+        if failures == 0:
             return 0.0
-        delay = min(self.config.backoff_base * 2.0 ** (failed - 1), self.config.backoff_max)
-        return self._last_failure[uid] + delay - time.monotonic()
+        return last + self._backoff_delay(failures) - time.monotonic()
 
-    def _missing_indexes(self, job: Obj, status: Obj, outcome: _Outcome) -> list[int]:
-        done = _parse_indexes(status.get("completedIndexes", ""))
-        done |= {_index(p) for p in outcome.new_succeeded}
-        held = {_index(p) for p in outcome.active}
+    def _index_backoff_remaining(self, job: Obj, replaced: Obj | None) -> float:
+        if replaced is None:
+            return 0.0
+        counted, ignored = policies.next_failure_counts(job, replaced)
+        seen = self._failed_at.get(job["metadata"]["uid"], {})
+        failed_at = seen.get(replaced["metadata"]["uid"], time.monotonic())
+        return failed_at + self._backoff_delay(counted + ignored) - time.monotonic()
+
+    def _backoff_delay(self, failures: int) -> float:
+        return min(self.config.backoff_base * 2.0 ** (failures - 1), self.config.backoff_max)
+
+    def _missing_indexes(
+        self, job: Obj, status: Obj, outcome: _Outcome, holding: list[Obj]
+    ) -> list[int]:
+        done = _succeeded_indexes(status, outcome)
+        done |= parse_indexes(status.get("failedIndexes")) | outcome.failed_indexes
+        held = {pod_index(p) for p in holding}
         completions = job["spec"].get("completions") or 0
         return [i for i in range(completions) if i not in done and i not in held]
 
-    def _create_pod(self, job: Obj, index: int | None) -> Obj:
+    def _create_pod(
+        self, job: Obj, index: int | None, failure_counts: tuple[int, int] | None = None
+    ) -> Obj:
         name = job["metadata"]["name"]
         template = copy_obj(job["spec"].get("template", {}))
         meta = template.get("metadata") or {}
@@ -368,6 +488,11 @@ class JobController:
             labels[INDEX_KEY] = annotations[INDEX_KEY] = str(index)
             pod_spec.setdefault("hostname", f"{name}-{index}")
             _inject_index_env(pod_spec)
+        if failure_counts is not None:
+            counted, ignored = failure_counts
+            annotations[policies.FAILURE_COUNT_KEY] = str(counted)
+            if ignored:
+                annotations[policies.IGNORED_COUNT_KEY] = str(ignored)
         pod_meta: Obj = {"generateName": generate, "labels": labels}
         if annotations:
             pod_meta["annotations"] = annotations
@@ -423,11 +548,13 @@ class JobController:
             p["metadata"]["uid"] for p in outcome.new_failed
         ]
         if indexed:
-            done = _parse_indexes(status.get("completedIndexes", ""))
-            done |= {_index(p) for p in outcome.new_succeeded}
+            done = _succeeded_indexes(status, outcome)
             status["succeeded"] = len(done)
-            status["completedIndexes"] = _format_indexes(done)
-        else:
+            status["completedIndexes"] = format_indexes(done)
+        if job["spec"].get("backoffLimitPerIndex") is not None:
+            failed_indexes = parse_indexes(status.get("failedIndexes")) | outcome.failed_indexes
+            status["failedIndexes"] = format_indexes(failed_indexes)
+        if not indexed:
             succeeded_uids += [p["metadata"]["uid"] for p in outcome.new_succeeded]
         status["active"] = len(outcome.active)
         status["terminating"] = len(outcome.terminating)
@@ -458,17 +585,13 @@ class JobController:
             _set_condition(conditions, "Failed", "True", target["reason"], target["message"])
         elif _has(conditions, "SuccessCriteriaMet"):
             status["completionTime"] = now_rfc3339()
-            _set_condition(
-                conditions,
-                "Complete",
-                "True",
-                "CompletionsReached",
-                _MESSAGES["CompletionsReached"],
-            )
+            met = next(c for c in conditions if c["type"] == "SuccessCriteriaMet")
+            _set_condition(conditions, "Complete", "True", met["reason"], met["message"])
             self._record_event(job, "Normal", "Completed", "Job completed")
         else:
             return
         self._finished[job["metadata"]["uid"]] = time.monotonic()
+        self._forget_failures(job["metadata"]["uid"])
         self._handle_ttl(job)
 
     def _put_status(self, job: Obj, status: Obj) -> Obj:
@@ -476,6 +599,8 @@ class JobController:
         for key in ("conditions", "completedIndexes"):
             if not ordered.get(key):
                 ordered.pop(key, None)
+        if job["spec"].get("backoffLimitPerIndex") is None:
+            ordered.pop("failedIndexes", None)  # written, even empty, only per index
         for key in ("active", "succeeded", "failed"):
             if not ordered.get(key):
                 ordered.pop(key, None)
@@ -606,29 +731,6 @@ def _pod_ready(pod: Obj) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _index(pod: Obj) -> int:
-    return int((pod["metadata"].get("annotations") or {}).get(INDEX_KEY, "-1"))
-
-
-def _parse_indexes(text: str) -> set[int]:
-    indexes: set[int] = set()
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        indexes.update(range(int(low), int(high or low) + 1))
-    return indexes
-
-
-def _format_indexes(indexes: set[int]) -> str:
-    """Return indexes as the controller writes them: "0-2,4,6-7"."""
-    parts: list[str] = []
-    for index in sorted(i for i in indexes if i >= 0):
-        if parts and parts[-1].split("-")[-1] == str(index - 1):
-            parts[-1] = f"{parts[-1].split('-')[0]}-{index}"
-        else:
-            parts.append(str(index))
-    return ",".join(parts)
-
-
 def _inject_index_env(pod_spec: Obj) -> None:
     env_var = {
         "name": "JOB_COMPLETION_INDEX",
@@ -642,37 +744,38 @@ def _inject_index_env(pod_spec: Obj) -> None:
             env.append(copy_obj(env_var))
 
 
-def _pod_failure_policy(job: Obj, pod: Obj) -> tuple[str | None, str]:
-    """Return the action (FailJob, Ignore, Count or None) and message for a failed pod."""
-    rules = (job["spec"].get("podFailurePolicy") or {}).get("rules") or []
-    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    status = pod.get("status", {})
-    statuses = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
-    for i, rule in enumerate(rules):
-        action = rule.get("action", "Count")
-        if on_codes := rule.get("onExitCodes"):
-            for cs in statuses:
-                code = _exit_code(cs)
-                if code in (None, 0) or on_codes.get("containerName") not in (None, cs["name"]):
-                    continue
-                inside = code in on_codes.get("values", [])
-                if inside == (on_codes.get("operator", "In") == "In"):
-                    return action, (
-                        f"Container {cs['name']} for pod {ns}/{name} failed with exit "
-                        f"code {code} matching {action} rule at index {i}"
-                    )
-        for pattern in rule.get("onPodConditions") or []:
-            for cond in status.get("conditions") or []:
-                if cond["type"] == pattern["type"] and cond["status"] == pattern.get(
-                    "status", "True"
-                ):
-                    return action, (
-                        f"Pod {ns}/{name} has condition {cond['type']} matching "
-                        f"{action} rule at index {i}"
-                    )
-    return None, ""
+def _succeeded_indexes(status: Obj, outcome: _Outcome) -> set[int]:
+    done = parse_indexes(status.get("completedIndexes"))
+    return done | {pod_index(p) for p in outcome.new_succeeded}
 
 
-def _exit_code(container_status: Obj) -> int | None:
-    terminated = (container_status.get("state") or {}).get("terminated")
-    return None if terminated is None else int(terminated.get("exitCode", 0))
+def _failed_indexes_reason(job: Obj, status: Obj, outcome: _Outcome) -> str | None:
+    """Return why a Job with backoffLimitPerIndex fails now for its failed indexes, if it does."""
+    spec = job["spec"]
+    if spec.get("backoffLimitPerIndex") is None:
+        return None
+    failed = parse_indexes(status.get("failedIndexes")) | outcome.failed_indexes
+    limit = spec.get("maxFailedIndexes")
+    if limit is not None and len(failed) > int(limit):
+        return "MaxFailedIndexesExceeded"
+    settled = len(failed) + len(_succeeded_indexes(status, outcome) - failed)
+    if failed and settled >= int(spec.get("completions") or 0):
+        return "FailedIndexes"
+    return None
+
+
+def _success_policy_message(job: Obj, status: Obj, outcome: _Outcome) -> str | None:
+    if job["spec"].get("completionMode") != "Indexed" or not job["spec"].get("successPolicy"):
+        return None
+    return policies.match_success_policy(job, _succeeded_indexes(status, outcome))
+
+
+def _latest_failed(job: Obj, pods: list[Obj], index: int) -> Obj | None:
+    """Return the pod a new pod for `index` replaces: its index's last failed pod."""
+    failed = [p for p in pods if pod_index(p) == index and policies.pod_failed(job, p)]
+    return max(failed, key=_replacement_order, default=None)
+
+
+def _replacement_order(pod: Obj) -> tuple[int, str]:
+    counted, ignored = policies.failure_counts(pod)
+    return counted + ignored, pod["metadata"].get("creationTimestamp", "")

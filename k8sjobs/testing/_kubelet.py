@@ -28,6 +28,7 @@ from k8sjobs.testing._store import Event, Obj, Store, now_rfc3339
 
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
 _TERMINAL = ("Succeeded", "Failed")
+_FOREIGN_CONDITIONS = ("DisruptionTarget",)
 _QUANTITY = re.compile(r"^([0-9.]+(?:[eE][-+]?[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIXES = {
     "": 1,
@@ -628,6 +629,16 @@ class Kubelet:
         return data
 
     def _write_status(self, pod: Obj, status: Obj) -> None:
+        # Conditions the kubelet does not own (DisruptionTarget, set by an eviction) stay.
+        foreign = [
+            c
+            for c in (pod.get("status") or {}).get("conditions") or []
+            if c.get("type") in _FOREIGN_CONDITIONS
+        ]
+        if foreign:
+            types = {c["type"] for c in foreign}
+            mine = [c for c in status.get("conditions") or [] if c.get("type") not in types]
+            status = dict(status, conditions=mine + foreign)
         updated = dict(pod)
         updated["status"] = status
         self.store.update(

@@ -87,6 +87,9 @@ _LABEL_MSG = (
 )
 
 
+_MAX_INT32 = 2**31 - 1
+
+
 def cause(reason: str, message: str, field: str) -> dict[str, str]:
     """Return one `StatusCause` in the real server's key order."""
     return {"reason": reason, "message": message, "field": field}
@@ -124,7 +127,9 @@ def default_job(job: dict[str, Any], uid: str) -> None:
     for key in ("activeDeadlineSeconds", "podFailurePolicy", "successPolicy"):
         if key in spec:
             ordered[key] = spec[key]
-    ordered["backoffLimit"] = spec.get("backoffLimit", 6)
+    _default_pod_failure_policy(spec.get("podFailurePolicy"))
+    per_index = spec.get("backoffLimitPerIndex") is not None
+    ordered["backoffLimit"] = spec.get("backoffLimit", _MAX_INT32 if per_index else 6)
     for key in ("backoffLimitPerIndex", "maxFailedIndexes", "selector"):
         if key in spec:
             ordered[key] = spec[key]
@@ -135,12 +140,20 @@ def default_job(job: dict[str, Any], uid: str) -> None:
         ordered["ttlSecondsAfterFinished"] = spec["ttlSecondsAfterFinished"]
     ordered["completionMode"] = spec.get("completionMode", "NonIndexed")
     ordered["suspend"] = spec.get("suspend", False)
-    ordered["podReplacementPolicy"] = spec.get("podReplacementPolicy", "TerminatingOrFailed")
+    replacement = "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    ordered["podReplacementPolicy"] = spec.get("podReplacementPolicy", replacement)
     for key, value in spec.items():
         ordered.setdefault(key, value)
     job["spec"] = ordered
     default_pod_spec(ordered["template"].setdefault("spec", {}))
     job["status"] = {}
+
+
+def _default_pod_failure_policy(policy: dict[str, Any] | None) -> None:
+    """Default each `onPodConditions` pattern's status to "True", as the Job strategy does."""
+    for rule in (policy or {}).get("rules") or []:
+        for pattern in rule.get("onPodConditions") or []:
+            pattern.setdefault("status", "True")
 
 
 def default_pod_spec(spec: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 
 from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig, PodPlan
-from tests.testing.conftest import api_client
+from tests.testing.conftest import api_client, wait_until
 
 REFERENCE = Path(os.environ.get("K8S_REFERENCE", "/work/shared/k8s-reference"))
 SCENARIOS = sorted(p.stem for p in REFERENCE.glob("job-*.json"))
@@ -30,12 +30,23 @@ SLEEP_SCALE = 0.3  # pods that sleep must outlive one status batch, as they did 
 pytestmark = pytest.mark.skipif(not SCENARIOS, reason="k8s reference transcripts not found")
 
 
+# What the recording did to the Job's first pod once it ran (`kubectl drain`, `kubectl delete`).
+DISRUPTIONS = {
+    "job-evicted-pod-failure-policy-ignore": "evict",
+    "job-running-pod-deleted": "delete",
+}
+_IF_INDEX = re.compile(
+    r'if \[ "\$JOB_COMPLETION_INDEX" = (\d+) \]; then (.*?);(?: else (.*?);)? fi'
+)
+
+
 def shell_rule(pod: dict[str, Any]) -> PodPlan:
     """Simulate `/bin/sh -c SCRIPT` for the scripts used in the transcripts."""
     script = pod["spec"]["containers"][0]["command"][-1]
     index = (pod["metadata"].get("annotations") or {}).get(
         "batch.kubernetes.io/job-completion-index", ""
     )
+    script = _IF_INDEX.sub(lambda m: m[2] if m[1] == index else (m[3] or ":"), script)
     plan = PodPlan(duration=0.02)
     for step in (s.strip() for s in script.split(";")):
         if step.startswith("echo "):
@@ -91,6 +102,33 @@ def strip_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
     return copy
 
 
+def pod_histories(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Return what happened to each pod, whatever its name: phases, deletion, disruption.
+
+    Sorted, so that the fake's pods compare with the recorded ones as a multiset.
+    """
+    pods: dict[str, dict[str, Any]] = {}
+    for kind, obj in events:
+        meta, status = obj["metadata"], obj.get("status") or {}
+        if "name" not in meta:
+            continue  # a BOOKMARK
+        pod = pods.setdefault(meta["name"], {"phases": [], "deleted": False, "disruption": None})
+        if status.get("phase") and status.get("phase") not in pod["phases"][-1:]:
+            pod["phases"].append(status["phase"])
+        pod["deleted"] = pod["deleted"] or kind == "DELETED"
+        for condition in status.get("conditions") or []:
+            if condition["type"] == "DisruptionTarget":
+                pod["disruption"] = (condition["status"], condition.get("reason"))
+        annotations = meta.get("annotations") or {}
+        pod["index"] = annotations.get("batch.kubernetes.io/job-completion-index")
+        pod["index_failures"] = annotations.get("batch.kubernetes.io/job-index-failure-count")
+        pod["exit_codes"] = [
+            ((c.get("state") or {}).get("terminated") or {}).get("exitCode")
+            for c in status.get("containerStatuses") or []
+        ]
+    return sorted(json.dumps(p, sort_keys=True) for p in pods.values())
+
+
 async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[Any], Any]:
     scenario = json.loads((REFERENCE / f"{name}.json").read_text())
     timings = ControllerConfig(
@@ -101,25 +139,56 @@ async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[
     async with fake, await api_client(fake) as api:
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         await core.create_namespace({"metadata": {"name": "demo"}})
+        pod_events: list[tuple[str, dict[str, Any]]] = []
+        fake.store.listen(
+            lambda e: pod_events.append((e.type, e.obj)) if e.resource == "pods" else None
+        )
         job = scenario["job_as_submitted"]
-        created = await batch.create_namespaced_job("demo", job, _preload_content=False)
-        created_body = json.loads(await created.read())
-        statuses = await collect_statuses(batch, job, created_body)
+        if disruption := DISRUPTIONS.get(name):
+            disrupt_first_running_pod(fake, disruption)
+        # Watch() builds an SSL context (~75 ms): not between the create and the watch.
+        async with watch.Watch() as watcher:
+            created = await batch.create_namespaced_job("demo", job, _preload_content=False)
+            created_body = json.loads(await created.read())
+            statuses = await collect_statuses(watcher, batch, job, created_body)
+        await wait_until(lambda: not any(deleting(p) for p in fake.objects("pods", "demo")))
         pods = await core.list_namespaced_pod("demo")
         logs = {
             p.metadata.name: await core.read_namespaced_pod_log(p.metadata.name, "demo")
             for p in pods.items
         }
-    return scenario, statuses, (created_body, logs)
+    return scenario, statuses, (created_body, logs, pod_histories(pod_events))
+
+
+def deleting(pod: dict[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def disrupt_first_running_pod(fake: FakeCluster, how: str) -> None:
+    """Evict or delete the first pod of the scenario as soon as it runs, as recorded."""
+    done: list[str] = []
+
+    def act(event: Any) -> None:
+        pod = event.obj
+        if event.resource != "pods" or done or pod["status"].get("phase") != "Running":
+            return
+        done.append(pod["metadata"]["name"])
+        loop = asyncio.get_running_loop()
+        if how == "evict":
+            loop.call_soon(fake.evict, pod["metadata"]["name"], "demo")
+        else:
+            loop.call_soon(fake.store.delete, "pods", "demo", pod["metadata"]["name"])
+
+    fake.store.listen(act)
 
 
 async def collect_statuses(
-    batch: client.BatchV1Api, job: dict[str, Any], created: dict[str, Any]
+    watcher: watch.Watch, batch: client.BatchV1Api, job: dict[str, Any], created: dict[str, Any]
 ) -> list[dict[str, Any]]:
     statuses = [normalise(created["status"])]
     resumed = False
     rv = created["metadata"]["resourceVersion"]
-    async with watch.Watch() as watcher, asyncio.timeout(30):
+    async with asyncio.timeout(30):
         stream = watcher.stream(
             batch.list_namespaced_job, "demo", timeout_seconds=30, resource_version=rv
         )
@@ -162,9 +231,15 @@ async def test_job_statuses_match_the_recorded_transcript(name: str, tmp_path: P
     assert statuses == recorded_statuses(scenario)
 
 
-@pytest.mark.parametrize("name", ["job-succeeded", "job-indexed-3"])
-async def test_create_response_and_logs_match_the_transcript(name: str, tmp_path: Path) -> None:
-    scenario, _, (created, logs) = await run_scenario(name, tmp_path)
+@pytest.mark.parametrize("name", SCENARIOS)
+async def test_create_response_logs_and_pods_match_the_transcript(
+    name: str, tmp_path: Path
+) -> None:
+    """The create response, the logs, and each pod's history: it goes through the recorded
+    phases, is deleted (or kept), carries the same index, index failure count, exit codes
+    and DisruptionTarget condition."""
+    scenario, _, (created, logs, histories) = await run_scenario(name, tmp_path)
     assert strip_server_fields(created) == strip_server_fields(scenario["create_response"])
-    recorded_logs = sorted(scenario["pod_logs"].values())
-    assert sorted(logs.values()) == recorded_logs
+    assert sorted(logs.values()) == sorted(scenario["pod_logs"].values())
+    recorded = [(e["type"], e["object"]) for e in scenario["pod_watch_events"]]
+    assert histories == pod_histories(recorded)
