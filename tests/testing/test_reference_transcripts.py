@@ -209,25 +209,7 @@ async def collect_statuses(
     return statuses
 
 
-# Recorded after the fake's job controller was written; issue 15 teaches it these (success
-# policy, backoffLimitPerIndex, eviction under podFailurePolicy, a deleted running pod).
-# strict: the mark must go as soon as the fake answers like the real server.
-NOT_YET = {
-    "job-backoff-limit-per-index",
-    "job-evicted-pod-failure-policy-ignore",
-    "job-running-pod-deleted",
-    "job-success-policy-index0",
-}
-
-
-def _scenario(name: str) -> Any:
-    if name not in NOT_YET:
-        return name
-    reason = "the fake does not implement this yet (issue 15)"
-    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
-
-
-@pytest.mark.parametrize("name", [_scenario(n) for n in SCENARIOS])
+@pytest.mark.parametrize("name", SCENARIOS)
 async def test_job_statuses_match_the_recorded_transcript(name: str, tmp_path: Path) -> None:
     scenario, statuses, _ = await run_scenario(name, tmp_path)
     assert statuses == recorded_statuses(scenario)
