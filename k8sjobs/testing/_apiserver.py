@@ -18,13 +18,14 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from k8sjobs.testing import _catalog, _errors, _patch, _selectors
+from k8sjobs.testing import _catalog, _errors, _patch, _requests, _selectors
 from k8sjobs.testing._crd import CRD_PLURAL, CrdController, check_unknown_fields
 from k8sjobs.testing._discovery import DISCOVERY
 from k8sjobs.testing._errors import ApiError
 from k8sjobs.testing._eviction import evict, eviction_grace
 from k8sjobs.testing._eviction import success_status as eviction_status
 from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
+from k8sjobs.testing._namespaces import admit_delete
 from k8sjobs.testing._resources import Resource
 from k8sjobs.testing._store import Obj, Store, copy_obj
 
@@ -151,7 +152,8 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
-        matches = _selectors.from_query(query)
+        matches = _selectors.from_query(query, res.plural)
+        _requests.timeout_seconds(query, 0.0)  # only checked: a list ends when it is written
         limit = int(query.get("limit") or 0)
         start, list_rv = "", self.store.rv
         if token := query.get("continue"):
@@ -213,12 +215,12 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
-        matches = _selectors.from_query(query)
+        matches = _selectors.from_query(query, res.plural)
         raw_rv = query.get("resourceVersion", "")
         initial = _truthy(query.get("sendInitialEvents"))
-        since = None if raw_rv in ("", "0") or initial else int(raw_rv)
+        since = None if initial else _requests.watch_resource_version(raw_rv)
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
-        timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT)
+        timeout = _requests.timeout_seconds(query, _DEFAULT_WATCH_TIMEOUT)
         response = web.StreamResponse(headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -283,7 +285,7 @@ class ApiServer:
     async def _create(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = await _read_json(request)
+        body = await _read_object(request, ns)
         if res.plural == "pods" and sub == "eviction":
             evict(self.store, ns, name, eviction_grace(body, name))
             return _json_response(eviction_status(), 201)
@@ -298,7 +300,7 @@ class ApiServer:
     async def _update(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = await _read_json(request)
+        body = await _read_object(request, ns)
         _check_kind(res, body)
         if body.get("metadata", {}).get("name") != name:
             raise _errors.bad_request("the name of the object does not match the name on the URL")
@@ -342,6 +344,8 @@ class ApiServer:
     ) -> web.StreamResponse:
         options = await _delete_options(request)
         dry_run = _dry_run(request, "DeleteOptions", options.get("dryRun"))
+        if res.plural == "namespaces":
+            admit_delete(name)
         if res.plural == CRD_PLURAL and not dry_run:
             self.crds.delete(name)
         obj, gone = self.store.delete(
@@ -374,7 +378,7 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         options = await _delete_options(request)
-        matches = _selectors.from_query(request.query)
+        matches = _selectors.from_query(request.query, res.plural)
         deleted = []
         for obj in list(self.store.iter(res.plural, ns)):
             if not matches(obj):
@@ -546,7 +550,15 @@ def _truthy(value: str | None) -> bool:
 
 async def _read_json(request: web.Request) -> Any:
     raw = await request.read()
+    _requests.check_size(raw)
     return json.loads(raw) if raw else {}
+
+
+async def _read_object(request: web.Request, namespace: str | None) -> Any:
+    """Return a create/update body (JSON or YAML), checked as the real handlers check it."""
+    body = _requests.decode_object(await request.read(), request.content_type)
+    _requests.check_namespace(body, namespace)
+    return body
 
 
 async def _delete_options(request: web.Request) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from k8sjobs.testing._controller import ControllerConfig, JobController
 from k8sjobs.testing._eviction import evict
 from k8sjobs.testing._faults import Faults, RequestLog
 from k8sjobs.testing._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
+from k8sjobs.testing._namespaces import NamespaceController
 from k8sjobs.testing._resources import Validator
 from k8sjobs.testing._store import Obj, Store
 from k8sjobs.testing._tls import make_certificates
@@ -79,6 +80,7 @@ class FakeCluster:
             config.root = self.directory / "pods"
         self.controller = JobController(self.store, controller)
         self.kubelet = Kubelet(self.store, config)
+        self.namespaces = NamespaceController(self.store)
         self.faults = Faults(
             drop_watches=self.store.drop_watches,
             compact=self.store.compact,

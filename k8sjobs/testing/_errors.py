@@ -30,8 +30,9 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # a storage error carries none, and the real server omits it
+            body["reason"] = self.reason
         if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
@@ -89,6 +90,27 @@ def gone(message: str) -> ApiError:
 def bad_request(message: str) -> ApiError:
     """Return a 400 BadRequest error."""
     return ApiError(400, "BadRequest", message)
+
+
+def forbidden(plural: str, name: str, why: str, group: str = "") -> ApiError:
+    """Return the 403 Forbidden error an admission plugin gives (NewForbidden's wording)."""
+    message = f'{_qualified(plural, group)} "{name}" is forbidden: {why}'
+    return ApiError(403, "Forbidden", message, _details(name, plural, group))
+
+
+def namespace_terminating(plural: str, name: str, namespace: str, group: str = "") -> ApiError:
+    """Return the 403 for a create in a namespace being deleted (NamespaceLifecycle's)."""
+    why = f"unable to create new content in namespace {namespace} because it is being terminated"
+    error = forbidden(plural, name, why, group)
+    assert error.details is not None
+    error.details["causes"] = [
+        {
+            "reason": "NamespaceTerminating",
+            "message": f"namespace {namespace} is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
+    return error
 
 
 def _qualified(plural: str, group: str) -> str:

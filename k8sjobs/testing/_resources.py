@@ -18,6 +18,15 @@ from k8sjobs.testing import _errors
 
 SCHEMA_VERSION = "1.36.0"
 MAX_DATA_BYTES = 1024 * 1024
+MAX_ANNOTATION_BYTES = 256 * 1024  # all of an object's annotations, keys and values
+_JOB_NONNEGATIVE = (
+    "parallelism",
+    "completions",
+    "backoffLimit",
+    "backoffLimitPerIndex",
+    "maxFailedIndexes",
+    "ttlSecondsAfterFinished",
+)
 
 
 class ResourceHooks(Protocol):
@@ -353,13 +362,35 @@ def _shape(value: Any) -> Any:
 
 
 def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]]:
+    causes = _annotation_causes(obj)
     if resource.hooks is not None:
-        return resource.hooks.causes(obj)
+        return causes + resource.hooks.causes(obj)
     if resource.plural in ("configmaps", "secrets"):
-        return _size_causes(obj)
+        causes += _size_causes(obj)
     if resource.plural == "jobs":
-        return _job_causes(obj)
+        causes += _job_causes(obj) + _job_number_causes(obj)
+    return causes
+
+
+def _annotation_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if total > MAX_ANNOTATION_BYTES:
+        message = f"Too long: may not be more than {MAX_ANNOTATION_BYTES} bytes"
+        return [cause("FieldValueTooLong", message, "metadata.annotations")]
     return []
+
+
+def _job_number_causes(job: dict[str, Any]) -> list[dict[str, str]]:
+    """Return a cause for each count the Job spec gives below zero."""
+    spec = job.get("spec") or {}
+    causes = []
+    for key in _JOB_NONNEGATIVE:
+        value = spec.get(key)
+        if isinstance(value, int) and value < 0:
+            message = f"Invalid value: {value}: must be greater than or equal to 0"
+            causes.append(cause("FieldValueInvalid", message, f"spec.{key}"))
+    return causes
 
 
 def _size_causes(obj: dict[str, Any]) -> list[dict[str, str]]:

@@ -71,17 +71,62 @@ def _field_value(obj: dict[str, Any], path: str) -> str:
     return "" if value is None else str(value)
 
 
-def field_predicate(selector: str | None) -> Predicate:
-    """Return a predicate for a fieldSelector (metadata.name, metadata.namespace, any path)."""
+# The field labels each resource's registry converts (v1.36); others are refused with 400.
+_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+FIELD_LABELS: dict[str, tuple[str, ...]] = {
+    "pods": (
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
+    ),
+    "jobs": ("status.successful",),
+    "events": (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+    "namespaces": ("status.phase",),
+    "secrets": ("type",),
+    "nodes": ("spec.unschedulable",),
+    "configmaps": (),
+    "services": ("spec.clusterIP", "spec.type"),
+}
+# Where a field label's value lives when it is not the label's own path.
+_FIELD_PATHS = {"status.successful": "status.succeeded", "source": "source.component"}
+
+
+def field_predicate(selector: str | None, resource: str | None = None) -> Predicate:
+    """Return a predicate for a fieldSelector.
+
+    For a resource in FIELD_LABELS only the labels its real registry supports are accepted
+    (400 "field label not supported" otherwise); for others any path is.
+    """
     if not selector:
         return _always
+    supported = None if resource not in FIELD_LABELS else (*_COMMON_FIELDS, *FIELD_LABELS[resource])
     checks: list[tuple[str, bool, str]] = []
     for term in _split_terms(selector):
         match = _EQ_TERM.match(term)
         if not match:
             raise _errors.bad_request(f"invalid field selector: {term!r}")
         path, op, value = match.groups()
-        checks.append((path, op == "!=", value))
+        if supported is not None and path not in supported:
+            raise _errors.bad_request(f"field label not supported: {path}")
+        checks.append((_FIELD_PATHS.get(path, path), op == "!=", value))
 
     def matches(obj: dict[str, Any]) -> bool:
         return all((_field_value(obj, p) == v) != negate for p, negate, v in checks)
@@ -109,10 +154,11 @@ def both(first: Predicate, second: Predicate) -> Predicate:
     return lambda obj: first(obj) and second(obj)
 
 
-def from_query(query: Mapping[str, str]) -> Predicate:
+def from_query(query: Mapping[str, str], resource: str | None = None) -> Predicate:
     """Return the predicate of a request's ``labelSelector`` and ``fieldSelector``."""
     return both(
-        label_predicate(query.get("labelSelector")), field_predicate(query.get("fieldSelector"))
+        label_predicate(query.get("labelSelector")),
+        field_predicate(query.get("fieldSelector"), resource),
     )
 
 

@@ -240,6 +240,8 @@ class Store:
         obj = copy_obj(obj)
         obj["kind"], obj["apiVersion"] = res.kind, res.api_version
         meta = obj.setdefault("metadata", {})
+        if res.namespaced:  # admission (NamespaceLifecycle) comes before naming and validation
+            self._require_namespace(namespace, res, obj)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = self._generate_name(resource, namespace, meta["generateName"])
         if res.hooks is not None:
@@ -248,8 +250,6 @@ class Store:
         if validate:
             self.validator.validate_create(res, obj)
         name = meta["name"]
-        if res.namespaced:
-            self._require_namespace(namespace)
         if self.get(resource, namespace, name) is not None:
             raise _errors.already_exists(resource, name, res.group)
         uid = str(uuid.uuid4())
@@ -329,6 +329,8 @@ class Store:
             raise _errors.conflict(resource, name, res.group)
         if dry_run:
             return self._deletion_preview(res, obj, grace_seconds)
+        if resource == "namespaces":
+            return self._terminate_namespace(obj), False
         propagation = propagation or ("Orphan" if resource == "jobs" else "Background")
         if propagation == "Orphan":
             self._orphan_dependents(meta["uid"])
@@ -351,6 +353,21 @@ class Store:
         for watcher in self._watchers.pop(resource, set()):
             watcher.close("resource removed")
 
+    def namespace_contents(self, namespace: str) -> list[tuple[str, Obj]]:
+        """Return (resource, object) for everything stored in `namespace`."""
+        return [
+            (resource, obj)
+            for (resource, ns), bucket in self._objects.items()
+            if ns == namespace and namespace
+            for obj in bucket.values()
+        ]
+
+    def finalize_namespace(self, name: str) -> None:
+        """Remove a Terminating namespace for good (its content must be gone)."""
+        ns = self.get("namespaces", "", name)
+        if ns is not None:
+            self._remove(self.resources["namespaces"], "", ns)
+
     # ------------------------------------------------------------------ internals
 
     def _deletion_preview(
@@ -364,13 +381,27 @@ class Store:
         meta.setdefault("deletionGracePeriodSeconds", grace)
         return dict(obj, metadata=meta), False
 
-    def _require_namespace(self, namespace: str) -> None:
+    def _terminate_namespace(self, ns: Obj) -> Obj:
+        """Mark a namespace Terminating; the namespace controller empties and removes it."""
+        if ns["metadata"].get("deletionTimestamp"):
+            return ns
+        new = dict(ns)
+        new["metadata"] = dict(ns["metadata"], deletionTimestamp=now_rfc3339())
+        ordered = {k: new["metadata"][k] for k in _META_ORDER if k in new["metadata"]}
+        ordered.update({k: v for k, v in new["metadata"].items() if k not in ordered})
+        new["metadata"] = ordered
+        new["status"] = dict(ns.get("status") or {}, phase="Terminating")
+        return self._put(self.resources["namespaces"], "", new, "MODIFIED")
+
+    def _require_namespace(self, namespace: str, res: Resource, obj: Obj) -> None:
         ns = self.get("namespaces", "", namespace)
         if ns is None:
             raise _errors.not_found("namespaces", namespace)
         if ns["metadata"].get("deletionTimestamp"):
-            message = f"object is being deleted: namespace {namespace} is being terminated"
-            raise _errors.ApiError(403, "Forbidden", message)
+            meta = obj.get("metadata") or {}
+            # Admission runs before the name is generated: it names the prefix.
+            name = meta.get("name") or meta.get("generateName") or "Unknown"
+            raise _errors.namespace_terminating(res.plural, name, namespace, res.group)
 
     def _generate_name(self, resource: str, namespace: str, prefix: str) -> str:
         for _ in range(16):
