@@ -14,7 +14,6 @@ import posixpath
 import re
 import string
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,6 +32,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ._textfile import read_text_file
 from .artifacts._reference import parse_reference
+from .quantity import parse_bytes as parse_quantity
 
 __all__ = [
     "ANNOTATIONS_LIMIT",
@@ -79,11 +79,6 @@ INT64_MAX = 2**63 - 1
 # The longest duration Python can hold in whole days (timedelta.max): 2.7 million years.
 _MAX_SECONDS = timedelta.max.days * 86400
 
-_QUANTITY = re.compile(
-    r"^(?P<num>[+]?(\d+\.?\d*|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|[eE][+-]?\d+)?$"
-)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -93,31 +88,6 @@ _ARTIFACT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,127}$")
 _LAUNCHER = re.compile(r"\$\(LAUNCHER\)(?:\[(?P<args>[^\]]*)\])?")
 _LAUNCHER_ARG = re.compile(r"^\s*(\d+)\s*([np])\s*$")
 _RESERVED_PREFIXES = ("k8sjobs.io/",)
-
-
-def parse_quantity(value: str | int) -> int:
-    """Return the number of bytes a Kubernetes quantity ("4Gi", "500M", 1024) stands for."""
-    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
-        raise ValueError(f"{value!r} is not a quantity of bytes")
-    if isinstance(value, int):
-        return value
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise ValueError(
-            f'"{value}" is not a Kubernetes quantity; write "12Gi" or a number of bytes'
-        )
-    try:
-        number = Decimal(match["num"])
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
-        raise ValueError(f'"{value}" is not a number') from None
-    suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        number *= _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        number *= _DECIMAL[suffix]
-    elif suffix:
-        number *= Decimal(10) ** int(suffix[1:])
-    return math.ceil(number)
 
 
 def parse_duration(value: Any) -> timedelta | None:

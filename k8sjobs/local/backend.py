@@ -33,6 +33,7 @@ import anyio
 from ..errors import SpecMismatch
 from ..handle import StepHandle
 from ..names import label_value
+from ..quantity import parse_bytes, parse_cores
 from ..render import (
     ANNOTATION_STEP,
     ANNOTATION_STUDY,
@@ -317,8 +318,8 @@ class _JobRun:
         main = next(c for c in template["containers"] if c["name"] == MAIN_CONTAINER)
         limits = main.get("resources", {}).get("limits", {})
         nodes = int(spec.get("completions", 1))
-        cpu = _cores(limits.get("cpu", 1)) * nodes
-        memory = _bytes(limits.get("memory")) * nodes
+        cpu = parse_cores(limits.get("cpu", 1)) * nodes
+        memory = parse_bytes(limits.get("memory", 0)) * nodes
         gpus = sum(int(v) for k, v in limits.items() if k not in ("cpu", "memory")) * nodes
         self._judge(reason="WaitingForResources")
         async with self.backend.slots.reserve(
@@ -509,18 +510,6 @@ def _pin(reference: str, digest: str) -> str:
     if ":" in repository.rsplit("/", 1)[-1]:
         repository = repository.rsplit(":", 1)[0]
     return f"{repository}@{digest}"
-
-
-def _cores(quantity: Any) -> float:
-    """Return a CPU quantity ("2", "500m", 1.5) in cores."""
-    text = str(quantity)
-    return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
-
-
-def _bytes(quantity: Any) -> int:
-    from ..spec import parse_quantity
-
-    return parse_quantity(quantity) if quantity is not None else 0
 
 
 def _now() -> str:

@@ -92,7 +92,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import anyio
 
-from k8sjobs.spec import parse_quantity
+from k8sjobs.quantity import parse_bytes
 
 __all__ = ["ConfigMapSource", "PodRunner", "SecretSource", "StatusSink"]
 
@@ -286,7 +286,7 @@ class _PodRun:
             argv=argv,
             env=env,
             cwd=cwd,
-            memory_limit=parse_quantity(limit) if limit is not None else None,
+            memory_limit=parse_bytes(limit) if limit is not None else None,
         )
 
     def _base_env(self) -> dict[str, str]:

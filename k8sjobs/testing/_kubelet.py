@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from k8sjobs.quantity import parse_quantity
 from k8sjobs.testing._controller import record_event
 from k8sjobs.testing._errors import ApiError
 from k8sjobs.testing._store import Event, Obj, Store, now_rfc3339
@@ -29,29 +30,6 @@ from k8sjobs.testing._store import Event, Obj, Store, now_rfc3339
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
 _TERMINAL = ("Succeeded", "Failed")
 _FOREIGN_CONDITIONS = ("DisruptionTarget",)
-_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][-+]?[0-9]+)?)([a-zA-Z]*)$")
-_SUFFIXES = {
-    "": 1,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
-
-
-def parse_quantity(value: str | int | float) -> float:
-    """Return a Kubernetes quantity ("500m", "2Gi", 3) as a number of units."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match or match.group(2) not in _SUFFIXES:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    return float(match.group(1)) * _SUFFIXES[match.group(2)]
 
 
 @dataclass
@@ -268,15 +246,15 @@ class Kubelet:
             resources = container.get("resources") or {}
             wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
             for name, value in wanted.items():
-                totals[name] += parse_quantity(value)
+                totals[name] += float(parse_quantity(value))
         totals["pods"] = 1
         return totals
 
     def _capacity(self) -> dict[str, float]:
         node = self.config.node
         return {
-            "cpu": parse_quantity(node.cpu),
-            "memory": parse_quantity(node.memory),
+            "cpu": float(parse_quantity(node.cpu)),
+            "memory": float(parse_quantity(node.memory)),
             node.gpu_resource: float(node.gpu),
             "pods": float(node.pods),
         }
