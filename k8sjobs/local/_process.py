@@ -1,0 +1,265 @@
+"""Starting a container's process and watching it: exit, memory limit, cancellation.
+
+Programs
+--------
+``command`` + ``args`` are executed directly (never through a shell string built here). A
+container without ``command`` cannot run: the image's entrypoint is unknown locally. argv[0]
+named ``python`` or ``python3`` (bare or at any path) is the driver's interpreter
+(``sys.executable``), so packages installed for the driver, k8sjobs included, are there. Any other
+absolute argv[0] is used when it exists here, else its base name is looked up on PATH (an
+image's ``/usr/local/bin/bash`` is this machine's bash). A program that cannot be started
+terminates the container as containerd reports it: exit code 128, reason ``StartError``,
+``startedAt`` at the epoch. Each container is its own process session, with stdout and stderr
+written straight into one log file.
+
+Memory limits
+-------------
+``resources.limits.memory`` is enforced by polling, every half second, the resident memory of
+every process in the container's session (``/proc/<pid>/stat``, read in a worker thread, only
+while some container has a limit, one scan shared by all of a runner's containers). Over the
+limit, the whole process group gets SIGKILL and the
+container ends with exit code 137, reason ``OOMKilled``. RLIMIT_AS would be cheaper but counts
+address space, which Python, the JVM and CUDA reserve far beyond what they use. A spike shorter
+than the poll interval goes unseen; a cluster's cgroup would catch it.
+
+Ending
+------
+When a container's main process exits, whatever it left in its session is killed, as the
+container runtime does. Cancelling the wait sends SIGTERM to the process group, SIGKILL to the
+group and to any member of its session after ``kill_grace`` seconds, and waits for the
+processes. A process that starts its own session escapes; only a cgroup could hold it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import anyio
+
+__all__ = [
+    "EPOCH",
+    "START_ERROR_EXIT",
+    "Launch",
+    "MemoryMonitor",
+    "StartError",
+    "Supervisor",
+    "program",
+    "spawn",
+]
+
+_MEMORY_POLL_SECONDS = 0.5
+START_ERROR_EXIT = 128
+EPOCH = "1970-01-01T00:00:00Z"
+_PYTHON_NAMES = frozenset({"python", "python3"})
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class StartError(Exception):
+    """The container's program cannot be started: containerd's StartError."""
+
+
+async def spawn(launch: Launch, program: str, sandbox: Path) -> asyncio.subprocess.Process:
+    """Start a container's process in its own session, its output appended to its log."""
+    cwd = _working_dir(launch, sandbox)
+    log = _open_log(sandbox, launch.name)
+    try:
+        return await asyncio.create_subprocess_exec(
+            program,
+            *launch.argv[1:],
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=cwd,
+            env=launch.env,
+            start_new_session=True,  # its own session and process group, to kill it whole
+        )
+    except OSError as error:
+        raise StartError(f'exec: "{launch.argv[0]}": {error.strerror or error}') from None
+    finally:
+        log.close()  # the child holds its own descriptor
+
+
+def _working_dir(launch: Launch, sandbox: Path) -> Path:
+    """Return the container's working directory, created if it lies in the sandbox."""
+    cwd = Path(launch.cwd)
+    if not cwd.is_dir():
+        if not cwd.is_relative_to(sandbox):
+            raise StartError(
+                f'container "{launch.name}": workingDir "{launch.cwd}" does not exist on '
+                "this machine and is not under a volume mount"
+            )
+        cwd.mkdir(parents=True, exist_ok=True)  # as a container runtime creates it
+    return cwd
+
+
+def _open_log(sandbox: Path, container: str) -> BinaryIO:
+    # Appending: the process writes to it directly, unbuffered by us, so a reader can follow.
+    return open(sandbox / "logs" / f"{container}.log", "ab")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything needed to start one container's process."""
+
+    name: str
+    image: str
+    has_command: bool
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    memory_limit: int | None
+
+
+def program(launch: Launch) -> str:
+    """Return the executable to start for a container's argv[0], or raise StartError."""
+    if not launch.has_command or not launch.argv:
+        raise StartError(
+            f'container "{launch.name}" has no command: the entrypoint of image '
+            f'"{launch.image}" is unknown to the local runner; set command in the pod template'
+        )
+    argv0 = launch.argv[0]
+    if Path(argv0).name in _PYTHON_NAMES:
+        return sys.executable
+    if "/" in argv0 and (Path(argv0).exists() or not Path(argv0).is_absolute()):
+        return argv0
+    found = shutil.which(Path(argv0).name, path=launch.env.get("PATH"))
+    if found is None:
+        raise StartError(f'exec: "{argv0}": executable file not found in $PATH')
+    return found
+
+
+class Supervisor:
+    """Waits for a container's process, enforcing its memory limit and cleaning up its session."""
+
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        memory_limit: int | None,
+        kill_grace: float,
+        memory: MemoryMonitor,
+    ) -> None:
+        self.process = process
+        self.memory_limit = memory_limit
+        self.kill_grace = kill_grace
+        self.memory = memory
+        self.oom_killed = False
+
+    async def wait(self) -> None:
+        """Return once the process has ended and nothing is left of its session."""
+        try:
+            await self._wait_within_limit()
+        except asyncio.CancelledError:
+            await self._stop()
+            raise
+        # The runtime kills what the main process leaves behind in its container.
+        await _kill_session(self.process.pid)
+
+    def outcome(self) -> tuple[int, str]:
+        """Return the container's exit code and reason, as a kubelet reports them."""
+        code = self.process.returncode
+        if code is None:  # only if supervision itself failed; the process was killed
+            return 137, "Error"
+        exit_code = 128 - code if code < 0 else code
+        if self.oom_killed:
+            return 137, "OOMKilled"
+        return exit_code, "Completed" if exit_code == 0 else "Error"
+
+    async def _wait_within_limit(self) -> None:
+        if self.memory_limit is None:
+            await self.process.wait()
+            return
+        waiting = asyncio.ensure_future(self.process.wait())
+        try:
+            while not (await asyncio.wait({waiting}, timeout=_MEMORY_POLL_SECONDS))[0]:
+                if await self.memory.resident(self.process.pid) > self.memory_limit:
+                    self.oom_killed = True
+                    _signal_group(self.process.pid, signal.SIGKILL)
+                    await waiting
+        finally:
+            waiting.cancel()
+
+    async def _stop(self) -> None:
+        """Terminate the group, kill it after the grace period, and wait for the process."""
+        _signal_group(self.process.pid, signal.SIGTERM)
+        # A second cancellation only shortens the grace period.
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), self.kill_grace)
+        _signal_group(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self.process.wait())
+            await _kill_session(self.process.pid)
+
+
+class MemoryMonitor:
+    """Resident memory per session, from one /proc scan shared by every container that asks.
+
+    A scan reads every process's stat file (milliseconds), so containers polling at the same
+    time share one scan instead of each paying for it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._scanned_at = -_MEMORY_POLL_SECONDS
+        self._usage: dict[int, int] = {}
+
+    async def resident(self, session: int) -> int:
+        """Return the resident bytes of every process in a session, at most a poll old."""
+        async with self._lock:
+            if time.monotonic() - self._scanned_at >= _MEMORY_POLL_SECONDS / 2:
+                self._usage = await anyio.to_thread.run_sync(_resident_by_session)
+                self._scanned_at = time.monotonic()
+        return self._usage.get(session, 0)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    """Send a signal to a process group that may already be gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
+
+
+async def _kill_session(session: int) -> None:
+    """Kill the process group and any member of the session that left it (scan in a thread)."""
+    _signal_group(session, signal.SIGKILL)
+    await anyio.to_thread.run_sync(_kill_session_members, session)
+
+
+def _kill_session_members(session: int) -> None:
+    """Kill every live process of a session (runs in a worker thread)."""
+    for pid, member_session, _ in _scan_processes():
+        if member_session == session:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _resident_by_session() -> dict[int, int]:
+    """Return the resident bytes of each session on the machine (runs in a worker thread)."""
+    usage: dict[int, int] = {}
+    for _, session, pages in _scan_processes():
+        usage[session] = usage.get(session, 0) + pages * _PAGE_SIZE
+    return usage
+
+
+def _scan_processes() -> list[tuple[int, int, int]]:
+    """Return (pid, session, resident pages) of every live process on the machine."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended while we looked
+        # After the command name: state(0) ppid(1) pgrp(2) session(3) ... rss(21).
+        if fields[0] != b"Z":
+            found.append((int(entry.name), int(fields[3]), int(fields[21])))
+    return found
