@@ -176,6 +176,7 @@ class PathMap:
     def for_container(
         cls, container: Mapping[str, Any], volumes: Mapping[str, Path], sandbox: Path
     ) -> PathMap:
+        """Return the rule for one container's volumeMounts (``subPath`` honoured)."""
         mounts = []
         for mount in container.get("volumeMounts") or []:
             if mount["name"] not in volumes:
