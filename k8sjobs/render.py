@@ -30,6 +30,7 @@ from .names import job_name, label_value
 from .spec import (
     ANNOTATIONS_LIMIT,
     CONFIGMAP_LIMIT,
+    USER_SETTABLE_ENV,
     SecretKeyRef,
     Step,
     StepOutput,
@@ -413,6 +414,12 @@ def _handoff_container(
         {"name": "work", "mountPath": step.workdir},
     ]
     env = _env(step, target, outputs)
+    # The pull's limits, when the step raises them (plain values only: they are no secret).
+    env += [
+        {"name": key, "value": _literal(value)}
+        for key, value in step.env.items()
+        if key in USER_SETTABLE_ENV and verb == "pull" and isinstance(value, str)
+    ]
     if outputs:
         mounts.append({"name": "status", "mountPath": STATUS_DIR})
     # The root filesystem is read-only; archives of directory outputs are staged in /tmp.

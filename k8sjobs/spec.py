@@ -81,6 +81,8 @@ _MAX_SECONDS = timedelta.max.days * 86400
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# The K8SJOBS_ names a step may set: the limits of its inputs' pull (docs/artifacts.md).
+USER_SETTABLE_ENV = ("K8SJOBS_PULL_MAX_BYTES", "K8SJOBS_PULL_MAX_RATIO")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -492,8 +494,11 @@ class Step(_Model):
         for key in value:
             if not _ENV_NAME.match(key):
                 raise ValueError(f'"{key}" is not a valid environment variable name')
-            if key.startswith("K8SJOBS_"):
-                raise ValueError(f'"{key}": names starting with K8SJOBS_ are set by k8sjobs')
+            if key.startswith("K8SJOBS_") and key not in USER_SETTABLE_ENV:
+                raise ValueError(
+                    f'"{key}": names starting with K8SJOBS_ are set by k8sjobs '
+                    f"(except {', '.join(USER_SETTABLE_ENV)})"
+                )
         return value
 
     @field_validator("workdir")

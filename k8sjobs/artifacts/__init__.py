@@ -23,6 +23,7 @@ from ._auth import Credentials
 from ._digest import DigestCache
 from ._http import RetryPolicy, Timeouts
 from ._layout import OCILayout
+from ._limits import PullLimits
 from ._media import DEFAULT_ARTIFACT_TYPE, Descriptor, Manifest
 from ._reference import Reference, parse_reference
 from ._registry import Registry
@@ -46,6 +47,7 @@ __all__ = [
     "OCILayout",
     "ProgressCallback",
     "ProgressEvent",
+    "PullLimits",
     "PullResult",
     "PushResult",
     "Reference",

@@ -9,6 +9,7 @@ can push to one layout at once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -26,6 +27,7 @@ import anyio.to_thread
 from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference
 from . import _media, _transfer
 from ._digest import DigestCache
+from ._limits import Cancelled
 from ._media import Descriptor
 from ._reference import Reference, parse_reference
 from ._streams import BlobSink, SinkFactory
@@ -145,22 +147,19 @@ class OCILayout(_transfer.StoreFront):
         return digest
 
     def _copy_verified(
-        self, desc: Descriptor, sink: SinkFactory, received: _transfer.BytesCallback, where: str
-    ) -> BlobSink:
-        source = self._blob_path(desc.digest)
-        if not source.exists():
-            raise ArtifactNotFound(f"{where}: blob {desc.digest} is missing from {self.root}.")
-        writer = sink(where)
+        self, source: Path, writer: BlobSink, received: _transfer.BytesCallback
+    ) -> None:
         try:
             with source.open("rb") as src:
                 while chunk := src.read(_COPY_CHUNK):
+                    if writer.cancelled:
+                        raise Cancelled
                     writer.write(chunk)
                     received(len(chunk))
             writer.finish()
         except BaseException:
             writer.abort()
             raise
-        return writer
 
     # -- addressing ---------------------------------------------------------------------
 
@@ -280,7 +279,21 @@ class OCILayout(_transfer.StoreFront):
     ) -> BlobSink:
         """Copy a blob into a sink, which verifies size and digest; return the sink."""
         where = f"Reading {desc.title or desc.digest} of {ref}"
-        return await anyio.to_thread.run_sync(self._copy_verified, desc, sink, received, where)
+        source = self._blob_path(desc.digest)
+        if not await anyio.to_thread.run_sync(source.exists):
+            raise ArtifactNotFound(f"{where}: blob {desc.digest} is missing from {self.root}.")
+        writer = await anyio.to_thread.run_sync(sink, where)
+        copying = asyncio.get_running_loop().run_in_executor(
+            None, self._copy_verified, source, writer, received
+        )
+        try:
+            await asyncio.shield(copying)
+        except BaseException:
+            writer.cancel()  # the copy stops at its next chunk; wait for it before cleaning up
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([copying])
+            raise
+        return writer
 
     # -- ArtifactStore ------------------------------------------------------------------
 

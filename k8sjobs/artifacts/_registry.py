@@ -592,6 +592,9 @@ class Registry(_transfer.StoreFront):
             await worker.submit(writer.take, batch)
             received(buffered)
             await worker.drain()
+        except BaseException:
+            writer.cancel()  # a store in progress (an archive unpacking) stops at its next piece
+            raise
         finally:
             await worker.close()
 

@@ -12,6 +12,7 @@ from . import _media
 from ._auth import Credentials
 from ._http import RetryPolicy, Timeouts
 from ._layout import OCILayout
+from ._limits import PullLimits
 from ._registry import Registry
 from ._tarball import Compression
 from ._transfer import ProgressCallback, PullResult, PushResult
@@ -33,7 +34,12 @@ class ArtifactStore(Protocol):
     ) -> PushResult: ...
 
     async def pull(
-        self, reference: str, target: str | Path, *, progress: ProgressCallback | None = None
+        self,
+        reference: str,
+        target: str | Path,
+        *,
+        progress: ProgressCallback | None = None,
+        limits: PullLimits | None = None,
     ) -> PullResult: ...
 
     async def resolve(self, reference: str) -> str: ...

@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from ..errors import DigestMismatch, RegistryError
+from ..errors import DigestMismatch, LimitExceeded, RegistryError
 from . import _media, _tarball, _untar
 from ._fd import Buffer, write_all
+from ._limits import Budget, Cancelled
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -67,6 +68,11 @@ class BlobSink:
         self._hasher = _media.new_hasher(digest)
         self.digest, self.size, self.where = digest, size, where
         self.written = 0
+        self.cancelled = False  # set from the event loop; seen by the storing thread
+
+    def cancel(self) -> None:
+        """Ask a store in progress to stop at its next piece (the transfer was abandoned)."""
+        self.cancelled = True
 
     def count(self, n: int) -> None:
         """Account for ``n`` more bytes; raise DigestMismatch past the announced size."""
@@ -153,11 +159,20 @@ class VerifyingExtractor(BlobSink):
     hash_on_receive = True
 
     def __init__(
-        self, staging: Path, media_type: str, digest: str, size: int, where: str, root: str
+        self,
+        staging: Path,
+        media_type: str,
+        digest: str,
+        size: int,
+        where: str,
+        root: str,
+        budget: Budget,
     ):
         super().__init__(digest, size, where)
+        self._budget = budget
+        self._meter = budget.meter(root, size, lambda: self.cancelled)
         self._extractor = _untar.Extractor(
-            staging, media_type, _tarball.zstandard_module, root=root
+            staging, media_type, _tarball.zstandard_module, root=root, meter=self._meter
         )
         self._failure: Exception | None = None
         self.tops: list[str] = []
@@ -168,6 +183,9 @@ class VerifyingExtractor(BlobSink):
         try:
             for piece in pieces:
                 self._extractor.feed(piece)
+        except (LimitExceeded, Cancelled):
+            self._extractor.abort()
+            raise  # stop the transfer now: the rest would only be refused or thrown away
         except Exception as exc:
             self._failure = exc
             self._extractor.abort()
@@ -185,6 +203,9 @@ class VerifyingExtractor(BlobSink):
 
     def abort(self) -> None:
         self._extractor.abort()
+        # What this attempt unpacked is thrown away: a retry may write it again.
+        self._budget.release(self._meter.unpacked)
+        self._meter.unpacked = 0
 
 
 class OrderedWorker:
@@ -313,6 +334,7 @@ class SocketDrain:
 
     def stop(self) -> None:
         self._stopped.set()
+        self.writer.cancel()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 

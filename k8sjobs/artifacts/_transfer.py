@@ -6,12 +6,10 @@ files and directories into layers and back, several blobs at a time, verifying a
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import posixpath
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +20,9 @@ import anyio
 import anyio.to_thread
 
 from ..errors import ArtifactNotFound, RegistryError, UnsafeArchive
-from . import _media, _tarball, _untar
+from . import _media, _staging, _tarball, _untar
 from ._digest import DigestCache
+from ._limits import Budget, PullLimits
 from ._media import Descriptor, Manifest
 from ._reference import Reference
 from ._streams import BlobSink, SinkFactory, VerifyingExtractor, VerifyingWriter
@@ -128,9 +127,15 @@ class StoreFront(BlobBackend):
         return await push_paths(self, ref, [Path(p) for p in paths], self.cache, opts)
 
     async def pull(
-        self, reference: str, target: str | Path, *, progress: ProgressCallback | None = None
+        self,
+        reference: str,
+        target: str | Path,
+        *,
+        progress: ProgressCallback | None = None,
+        limits: PullLimits | None = None,
     ) -> PullResult:
-        """Copy an artifact's files into ``target``, every byte verified."""
+        """Copy an artifact's files into ``target``, every byte verified, within ``limits``
+        (default ``PullLimits()``: 100 GiB in all, archives unpacking to at most 200x)."""
         return await pull_to(
             self,
             self._ref(reference),
@@ -138,6 +143,7 @@ class StoreFront(BlobBackend):
             concurrency=self.concurrency,
             progress=progress,
             display=reference,
+            limits=limits,
         )
 
     async def exists(self, reference: str) -> bool:
@@ -350,44 +356,51 @@ def _make_target(target: Path) -> Path:
     return target
 
 
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-
-
 def _install(staging: Path, tops: list[str], target: Path) -> list[Path]:
     for name in tops:
         _replace(staging / name, target / name)
     return [target / name for name in tops]
 
 
-def _remove_all(paths: list[Path]) -> None:
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+def _release_all(held: list[_staging.Held]) -> None:
+    for one in held:
+        one.release()
 
 
 async def _pull_archive(
-    backend: BlobBackend, ref: Reference, desc: Descriptor, target: Path, report: BytesCallback
+    backend: BlobBackend,
+    ref: Reference,
+    desc: Descriptor,
+    target: Path,
+    report: BytesCallback,
+    budget: Budget,
 ) -> list[Path]:
     """Extract a directory layer while it downloads, into a staging directory per attempt;
     move what it holds into ``target`` only once the digest and every member are checked."""
-    stagings: list[Path] = []
+    stagings: list[_staging.Held] = []
     desc_root = _layer_destination(Path("/"), desc).name  # members must all be under it
 
     def sink(where: str) -> VerifyingExtractor:
-        staging = Path(tempfile.mkdtemp(prefix=".k8sjobs-extract-", dir=target))
-        stagings.append(staging)
+        stagings.append(_staging.staging_dir(target))
         return VerifyingExtractor(
-            staging, desc.media_type, desc.digest, desc.size, where, root=desc_root
+            stagings[-1].path, desc.media_type, desc.digest, desc.size, where, desc_root, budget
         )
 
     try:
         done = await backend.fetch_blob(ref, desc, sink, report)
         assert isinstance(done, VerifyingExtractor)
-        return await anyio.to_thread.run_sync(_install, stagings[-1], done.tops, target)
+        return await anyio.to_thread.run_sync(_install, stagings[-1].path, done.tops, target)
     finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_remove_all, stagings)
+        with anyio.CancelScope(shield=True):  # on every exit, cancellation included
+            await anyio.to_thread.run_sync(_release_all, stagings)
+
+
+def _prepare(parents: set[Path]) -> None:
+    """Make the layers' parent directories, and clear what killed pulls left there, once
+    per pull (blocking)."""
+    for parent in sorted(parents):
+        parent.mkdir(parents=True, exist_ok=True)
+        _staging.sweep(parent)
 
 
 async def _pull_layer(
@@ -396,24 +409,24 @@ async def _pull_layer(
     desc: Descriptor,
     target: Path,
     progress: ProgressCallback | None,
+    budget: Budget,
 ) -> list[Path]:
     dest = _layer_destination(target, desc)
-    await anyio.to_thread.run_sync(lambda: dest.parent.mkdir(parents=True, exist_ok=True))
     report = _reporter(progress, desc.title or desc.digest, desc.size)
     if desc.unpack:
-        return await _pull_archive(backend, ref, desc, dest.parent, report)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+        return await _pull_archive(backend, ref, desc, dest.parent, report, budget)
+    budget.reserve(desc.size, f'file "{desc.title}"')
+    part = await anyio.to_thread.run_sync(_staging.part_file, dest.parent, dest.name)
     try:
-        sink = VerifyingWriter.factory(tmp, desc.digest, desc.size)
+        sink = VerifyingWriter.factory(part.path, desc.digest, desc.size)
         await backend.fetch_blob(ref, desc, sink, report)
         # mkstemp makes the file private; a pulled file should read like any other.
-        await anyio.to_thread.run_sync(os.chmod, tmp, 0o644)
-        await anyio.to_thread.run_sync(_replace, tmp, dest)
+        await anyio.to_thread.run_sync(os.chmod, part.path, 0o644)
+        await anyio.to_thread.run_sync(_replace, part.path, dest)
         return [dest]
     finally:
-        await anyio.to_thread.run_sync(_unlink_quietly, tmp)
+        with anyio.CancelScope(shield=True):  # on every exit, cancellation included
+            await anyio.to_thread.run_sync(part.release)
 
 
 async def pull_to(
@@ -424,8 +437,10 @@ async def pull_to(
     concurrency: int = 4,
     progress: ProgressCallback | None = None,
     display: str | None = None,
+    limits: PullLimits | None = None,
 ) -> PullResult:
-    """Fetch an artifact's layers into ``target``, verified; return what was written."""
+    """Fetch an artifact's layers into ``target``, verified and within ``limits``; return
+    what was written."""
     data, _, digest = await backend.get_manifest(ref)
     manifest = _media.decode_manifest(data, str(ref))
     target = await anyio.to_thread.run_sync(_make_target, target)
@@ -438,12 +453,16 @@ async def pull_to(
             f'{display or ref}: layers "{overlap[0]}" and "{overlap[1]}" would write the same '
             "path (one is, or is inside, the other); nothing was written."
         )
+    budget = Budget(limits or PullLimits(), f"Pulling {display or ref}")
+    budget.check_declared({layer.title or "": (layer.size, layer.unpack) for layer in layers})
+    parents = {_layer_destination(target, layer).parent for layer in layers}
+    await anyio.to_thread.run_sync(_prepare, parents | {target})
     written: list[list[Path]] = [[] for _ in layers]
     limiter = anyio.Semaphore(max(1, concurrency))
 
     async def one(index: int, desc: Descriptor) -> None:
         async with limiter:
-            written[index] = await _pull_layer(backend, ref, desc, target, progress)
+            written[index] = await _pull_layer(backend, ref, desc, target, progress, budget)
 
     try:
         async with anyio.create_task_group() as tg:

@@ -170,9 +170,12 @@ class _Tar:
     """The tar parser proper: a state machine fed with decompressed views. With ``root``,
     every member (and every symlink's destination) must be ``root`` or under it."""
 
-    def __init__(self, target: Path, root: str | None = None) -> None:
+    def __init__(
+        self, target: Path, root: str | None = None, meter: Callable[[int], None] | None = None
+    ) -> None:
         self._base = str(target)
         self._root = root
+        self._meter = meter
         self._held = bytearray()  # a header, or a pax/long-name record, split across pieces
         self._want = _BLOCK  # bytes still to collect into _held
         self._meta_type = b""
@@ -192,6 +195,8 @@ class _Tar:
 
     def feed(self, views: Sequence[memoryview]) -> None:
         """Parse ``views`` in order; a file's data in them is written with one system call."""
+        if self._meter is not None:  # once per piece, never per byte
+            self._meter(sum(len(view) for view in views))
         data: list[memoryview] = []  # the current file's data seen in this call
         for view in views:
             while view and not self.ended:
@@ -541,7 +546,8 @@ class _Forward:
 
 class Extractor:
     """Extract one archive into the empty directory ``target`` as it is fed (blocking);
-    with ``root`` (a layer's title), only ``root`` and what is under it.
+    with ``root`` (a layer's title), only ``root`` and what is under it; ``meter`` is told
+    the size of every piece of tar stream produced, and may raise to stop.
 
     ``feed`` raises UnsafeArchive on the first unsafe member or corrupt byte; ``close``
     returns the top-level names once the archive is complete; ``abort`` closes what is
@@ -554,8 +560,9 @@ class Extractor:
         media_type: str,
         zstandard: Callable[[], Any],
         root: str | None = None,
+        meter: Callable[[int], None] | None = None,
     ) -> None:
-        self._tar = _Tar(target, root)
+        self._tar = _Tar(target, root, meter)
         self._decoder: _Gunzip | _Unzstd | None = None
         if media_type.endswith("+zstd"):
             self._decoder = _Unzstd(self._tar.feed, zstandard())

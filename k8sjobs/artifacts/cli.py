@@ -23,6 +23,7 @@ from rich.progress import (
 )
 
 from ..errors import RegistryError
+from ._limits import ENV_MAX_BYTES, ENV_MAX_RATIO, PullLimits, parse_size
 from ._store import ArtifactStore, open_store
 from ._tarball import Compression
 from ._transfer import ProgressEvent
@@ -95,10 +96,20 @@ async def _push(args: argparse.Namespace) -> None:
     )
 
 
+def _limits(args: argparse.Namespace) -> PullLimits:
+    """The environment's limits (as in the pod), with the command line's flags over them."""
+    env = PullLimits.from_env()
+    return PullLimits(
+        args.max_bytes if args.max_bytes is not None else env.max_bytes,
+        args.max_ratio if args.max_ratio is not None else env.max_ratio,
+    )
+
+
 async def _pull(args: argparse.Namespace) -> None:
+    limits = _limits(args)
     with ProgressBars(args.progress) as bars:
         async with _store(args) as store:
-            result = await store.pull(args.reference, args.target, progress=bars)
+            result = await store.pull(args.reference, args.target, progress=bars, limits=limits)
     for path in result.paths:
         print(path)
 
@@ -120,7 +131,7 @@ def _runner(
     def run(args: argparse.Namespace) -> int:
         try:
             asyncio.run(command(args))
-        except RegistryError as exc:
+        except (RegistryError, ValueError) as exc:
             print(f"k8sjobs artifact: {exc}", file=sys.stderr)
             return 1
         return 0
@@ -140,6 +151,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ca-file", default=None, help="CA bundle to verify the registry's TLS certificate"
     )
+
+
+def _size(value: str) -> int:
+    try:
+        return parse_size(value, "--max-bytes")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _compression(value: str) -> str:
@@ -175,6 +193,21 @@ def add_artifact_commands(subparsers: Any) -> argparse.ArgumentParser:
     pull = commands.add_parser("pull", help="pull an artifact's files into a directory")
     pull.add_argument("reference")
     pull.add_argument("target", nargs="?", default=".", help="directory to write into (default .)")
+    pull.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help=f"most the pull may write, e.g. 500G (default ${ENV_MAX_BYTES} or 100G)",
+    )
+    pull.add_argument(
+        "--max-ratio",
+        type=float,
+        default=None,
+        metavar="N",
+        help=f"most a compressed directory may expand, times its size "
+        f"(default ${ENV_MAX_RATIO} or 200)",
+    )
     pull.set_defaults(func=_runner(_pull))
 
     tags = commands.add_parser("tags", help="list the tags of a repository")

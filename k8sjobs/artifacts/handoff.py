@@ -12,8 +12,10 @@ exit-code marker, and pushes the declared outputs only when that code is 0. The 
 
 Environment: K8SJOBS_WORKDIR, K8SJOBS_INPUTS (input <name> lands in $K8SJOBS_INPUTS/<name>/),
 K8SJOBS_STATUS_DIR (holds the marker ``exitcode``; ``outputs.json`` is written there), and
-optionally DOCKER_CONFIG for registry credentials. In a multi-node step every index pulls
-the inputs, and only index 0 (JOB_COMPLETION_INDEX) pushes the outputs.
+optionally DOCKER_CONFIG for registry credentials and K8SJOBS_PULL_MAX_BYTES /
+K8SJOBS_PULL_MAX_RATIO to raise the pull's limits (copied from the step's env). In a
+multi-node step every index pulls the inputs, and only index 0 (JOB_COMPLETION_INDEX) pushes
+the outputs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RegistryError
+from ._limits import PullLimits
 from ._store import open_store
 
 EXIT_MARKER = "exitcode"
@@ -112,13 +115,18 @@ def _env_dir(name: str) -> Path:
 
 
 async def pull_inputs(config: HandoffConfig, inputs_dir: Path) -> dict[str, str]:
-    """Pull every input into ``inputs_dir/<name>/``; return name -> manifest digest."""
+    """Pull every input into ``inputs_dir/<name>/``, within the limits that
+    K8SJOBS_PULL_MAX_BYTES / K8SJOBS_PULL_MAX_RATIO set; return name -> manifest digest."""
+    try:
+        limits = PullLimits.from_env()
+    except ValueError as exc:
+        raise HandoffError(str(exc)) from None
     digests: dict[str, str] = {}
     async with open_store(
         config.store, plain_http=config.plain_http, ca_file=config.ca_file
     ) as store:
         for name, reference in config.inputs.items():
-            result = await store.pull(reference, inputs_dir / name)
+            result = await store.pull(reference, inputs_dir / name, limits=limits)
             digests[name] = result.digest
     return digests
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import gzip
 import os
+import tarfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from k8sjobs.artifacts import RetryPolicy
@@ -45,3 +51,24 @@ def same_tree(a: Path, b: Path) -> bool:
         elif pa.is_file() and pa.read_bytes() != pb.read_bytes():
             return False
     return True
+
+
+async def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> None:
+    """Wait until ``predicate()`` is true, polling; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"condition not met within {timeout} s"
+        await asyncio.sleep(0.02)
+
+
+@functools.lru_cache(maxsize=4)
+def gzip_bomb(unpacked: int, member: int = 8 * 1024 * 1024) -> bytes:
+    """A tar+gzip layer titled "d" holding one file of zeros, about ``unpacked`` bytes: one
+    gzip member per ``member`` zeros, each the same few KiB (gzip allows members in a row)."""
+    count = max(1, unpacked // member)
+    size = count * member - 1024  # leave room for the two end-of-archive blocks
+    info = tarfile.TarInfo("d/zeros")
+    info.size = size
+    header = info.tobuf(format=tarfile.GNU_FORMAT)
+    zeros = gzip.compress(bytes(member), compresslevel=9, mtime=0)
+    return gzip.compress(header, mtime=0) + zeros * count
