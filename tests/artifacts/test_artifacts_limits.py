@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import functools
 import os
+import tarfile
 from pathlib import Path
 
 import anyio
 import pytest
+import zstandard
 from artifact_helpers import gzip_bomb, make_tree, wait_for
 from hostile_registry import HostileRegistry, file_layer, manifest_for
 from test_artifacts_archive_safety import _store_hostile
 
-from k8sjobs.artifacts import LimitExceeded, OCILayout, PullLimits, Registry, _untar
+from k8sjobs.artifacts import LimitExceeded, OCILayout, PullLimits, Registry, _media, _untar
 from k8sjobs.artifacts._limits import parse_size
 from k8sjobs.artifacts.handoff import HandoffConfig, HandoffError, pull_inputs
 from k8sjobs.cli import main
@@ -33,6 +35,28 @@ async def test_gzip_bomb_is_refused_by_the_default_ratio(tmp_path: Path) -> None
     with pytest.raises(LimitExceeded, match=r"200 times its size.*--max-ratio.*PULL_MAX_RATIO"):
         await layout.pull("evil/x:v1", target)
     assert _everything(target) == []
+
+
+def _zstd_bomb(unpacked: int) -> bytes:
+    info = tarfile.TarInfo("d/zeros")
+    info.size = unpacked
+    stream = info.tobuf(format=tarfile.GNU_FORMAT) + bytes(unpacked) + bytes(1024)
+    return zstandard.ZstdCompressor(level=3).compress(stream)
+
+
+async def test_zstd_bomb_is_refused_by_the_default_ratio(tmp_path: Path) -> None:
+    layout = OCILayout(tmp_path / "layout")
+    blob = _zstd_bomb(256 * 1024 * 1024)
+    digest = layout._store_bytes(blob)
+    layer = _media.Descriptor(
+        _media.LAYER_TAR_ZSTD, digest, len(blob), {_media.TITLE: "d", _media.UNPACK: "true"}
+    )
+    manifest = _media.encode_manifest(_media.build_manifest([layer], None, {}))
+    layout._store_bytes(_media.EMPTY_CONFIG_DATA)
+    await layout.put_manifest(layout._ref("evil/z:v1"), manifest, _media.MANIFEST)
+    with pytest.raises(LimitExceeded, match="200 times its size"):
+        await layout.pull("evil/z:v1", tmp_path / "target")
+    assert _everything(tmp_path / "target") == []
 
 
 async def test_bomb_within_raised_limits_is_refused_by_total_bytes(tmp_path: Path) -> None:
