@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .backend import Backend
 from .errors import SessionClosed, StepFailed, StudyError
@@ -27,6 +27,9 @@ from .handle import StepHandle
 from .render import HANDOFF_IMAGE, Manifests, Target, placement, render
 from .spec import Step, StepOutput
 from .state import StepResult, StepState
+
+if TYPE_CHECKING:
+    from .kube.watch import WatchStats
 
 __all__ = ["Session", "default_session", "submit_step"]
 
@@ -96,6 +99,17 @@ class Session:
     def handles(self) -> dict[str, StepHandle]:
         """Return the handles of this session's steps, by step name."""
         return dict(self._handles)
+
+    @property
+    def watch_stats(self) -> WatchStats:
+        """Return how the Kubernetes watches fared: reconnects and relists, by reason.
+
+        Empty until the Kubernetes backend has started (and always, for the local one).
+        """
+        from .kube.watch import WatchStats
+
+        stats = getattr(self._backends.get("kubernetes"), "watch_stats", None)
+        return stats if isinstance(stats, WatchStats) else WatchStats()
 
     async def __aenter__(self) -> Session:
         await self.start()

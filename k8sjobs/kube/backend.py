@@ -46,7 +46,7 @@ from .client import (
 )
 from .config import ClusterConfig, load_config
 from .create import create_step
-from .watch import Change, Informer
+from .watch import Change, Informer, WatchStats
 
 __all__ = ["KubernetesBackend"]
 
@@ -61,8 +61,9 @@ class StudyWatch:
         self.namespace = namespace
         selector = f"{LABEL_STUDY}={study_label}"
         client = backend.client
-        self.jobs = Informer(client, JOBS, namespace, selector, self._job_changed)
-        self.pods = Informer(client, PODS, namespace, selector, self._pod_changed)
+        policy = backend.watch_policy()
+        self.jobs = Informer(client, JOBS, namespace, selector, self._job_changed, **policy)
+        self.pods = Informer(client, PODS, namespace, selector, self._pod_changed, **policy)
         self.handles: dict[str, StepHandle] = {}
         self.pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         self.gone: dict[str, asyncio.Event] = {}
@@ -181,8 +182,11 @@ class KubernetesBackend:
     ``namespace`` defaults to the kubeconfig context's (else "default"); ``log_dir`` keeps
     one log file per failed step; ``keep_failed`` keeps failed Jobs for debugging (else they
     are deleted once their logs are saved); ``pending_grace`` is how long a pod may sit in
-    ImagePullBackOff or a similar error before the step fails. Other keywords tune the API
-    client (see ``ClientOptions``: qps, burst, max_writes, timeout, retries, ...).
+    ImagePullBackOff or a similar error before the step fails; ``relist_interval`` is the
+    mean time between safety-net relists of each watch (jittered; costs one LIST per
+    namespace, study and kind; None turns it off). Other keywords tune the API client (see
+    ``ClientOptions``: qps, burst, max_writes, timeout, watch_idle, retries, ...).
+    ``watch_stats`` counts watch reconnects and relists by reason.
     """
 
     kind = "kubernetes"
@@ -196,6 +200,7 @@ class KubernetesBackend:
         context: str | None = None,
         keep_failed: bool = False,
         pending_grace: float = 120.0,
+        relist_interval: float | None = 900.0,
         config: ClusterConfig | None = None,
         **client_options: Any,
     ) -> None:
@@ -207,6 +212,9 @@ class KubernetesBackend:
         self._context = context
         self._config = config
         self._options = ClientOptions(**client_options)
+        self.relist_interval = relist_interval
+        self.watch_stats = WatchStats()
+        _check_watch_bounds(self._options.watch_idle, relist_interval)
         self._client: KubeClient | None = None
         self._watches: dict[tuple[str, str], StudyWatch] = {}
         self._watch_lock = asyncio.Lock()
@@ -215,6 +223,14 @@ class KubernetesBackend:
         self._tasks: set[asyncio.Task[None]] = set()
         self._finishing: set[tuple[str, str]] = set()
         self.orphans: list[str] = []
+
+    def watch_policy(self) -> dict[str, Any]:
+        """Return the Informer keywords of this backend's watches (bounds, shared stats)."""
+        return {
+            "idle": self._options.watch_idle,
+            "relist_every": self.relist_interval,
+            "stats": self.watch_stats,
+        }
 
     @property
     def namespace(self) -> str | None:
@@ -487,6 +503,17 @@ class KubernetesBackend:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _check_watch_bounds(idle: float, relist_interval: float | None) -> None:
+    """Refuse watch bounds that would make a watch relist all the time, or never notice."""
+    if not idle > 0:
+        raise ValueError(f"watch_idle must be a number of seconds above 0 (not {idle!r}); try 120")
+    if relist_interval is not None and not relist_interval > 0:
+        raise ValueError(
+            f"relist_interval must be a number of seconds above 0, or None for no periodic relist "
+            f"(not {relist_interval!r}); try 900"
+        )
 
 
 def _tag_outputs(job: dict[str, Any]) -> dict[str, str]:

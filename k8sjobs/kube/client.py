@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,16 +74,19 @@ class ClientOptions:
     """Limits that keep one driver from overwhelming the API server.
 
     ``qps``/``burst``: the token bucket every request draws from; ``max_writes``: writes in
-    flight at once; ``timeout``: seconds for one request (a watch's idle limit is
-    ``watch_idle``); ``retries``: attempts after the first, for requests safe to repeat;
-    ``backoff``/``max_backoff``: the base and cap of the exponential backoff, in seconds.
+    flight at once; ``timeout``: seconds for one request; ``watch_idle``: seconds a watch
+    (or a followed log) may go without a byte: a watch with neither event nor bookmark for
+    that long is taken for dead and relisted (a real server bookmarks an idle watch about
+    once a minute, so keep it well above 60); ``retries``: attempts after the first, for
+    requests safe to repeat; ``backoff``/``max_backoff``: the base and cap of the
+    exponential backoff, in seconds.
     """
 
     qps: float = 200.0
     burst: int = 400
     max_writes: int = 128
     timeout: float = 30.0
-    watch_idle: float = 90.0
+    watch_idle: float = 120.0
     retries: int = 8
     backoff: float = 0.1
     max_backoff: float = 10.0
@@ -244,17 +247,28 @@ class KubeClient:
     # ---- streams ---------------------------------------------------------------------
 
     async def stream_lines(
-        self, path: str, params: Mapping[str, str], *, what: str, kind: Kind, verb: str
-    ) -> AsyncIterator[bytes]:
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        what: str,
+        kind: Kind,
+        verb: str,
+        opened: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[bytes, None]:
         """Yield the lines of a long-lived response (a watch, a followed log) as they come.
 
-        The connection is opened with the same retries as any GET; once streaming, a drop
-        ends the iteration with the aiohttp error, and the caller decides how to resume.
+        The connection is opened with the same retries as any GET, then ``opened`` is
+        called (a watch starts its silence clock there, not while connecting); once
+        streaming, a drop ends the iteration with the aiohttp error, and the caller decides
+        how to resume.
         """
         response = await self._send(
             "GET", path, params=params, what=what, kind=kind, verb=verb, stream=True
         )
         try:
+            if opened is not None:
+                opened()
             buffer = b""
             async for chunk in response.content.iter_any():
                 buffer += chunk

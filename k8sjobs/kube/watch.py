@@ -7,17 +7,26 @@ A relist is diffed against the cache, so objects deleted while the watch was dow
 out as deletions, and an event already seen (same resourceVersion) is never passed on
 twice. Objects are slimmed to the fields ``judge`` reads, so 10,000 steps stay small.
 ``wait_deleted`` watches one object for its deletion, for a caller without an informer.
+
+A watch cannot go silent unnoticed: a healthy server sends a bookmark about once a minute
+on an idle watch (``allowWatchBookmarks``), so a watch with neither event nor bookmark for
+``idle`` seconds, or one the server ends cleanly before its ``timeoutSeconds``, is taken
+for dead: the informer relists (the diff brings out what it missed) and watches again. A
+restarted API server can otherwise accept a resumed watch and never send on it. A slow,
+jittered periodic relist catches whatever no signal reveals. ``WatchStats`` counts it all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import logging
 import math
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -25,11 +34,46 @@ import aiohttp
 from ..errors import ApiError, Gone, NotFound
 from .client import Kind, KubeClient
 
-__all__ = ["Cache", "Change", "Informer", "events", "slim", "wait_deleted"]
+__all__ = ["Cache", "Change", "Informer", "WatchStats", "events", "slim", "wait_deleted"]
 
 log = logging.getLogger("k8sjobs.kube")
 
 Obj = dict[str, Any]
+
+# Why a watch ended, when it calls for a relist rather than a resume from its resourceVersion.
+_RELIST_REASONS = ("gone", "silent", "ended early", "periodic")
+# A clean end this close to the timeoutSeconds asked for is the server keeping its word.
+_EXPIRY_SLACK = 1.0
+
+
+@dataclass(frozen=True)
+class Change:
+    """One object that changed: its name, its new body (None once deleted) and the event type.
+
+    ``type`` is ADDED (new to the cache), MODIFIED or DELETED, whether it came from a watch
+    event or from diffing a relist against the cache.
+    """
+
+    name: str
+    obj: Obj | None
+    type: str = "MODIFIED"
+
+
+@dataclass
+class WatchStats:
+    """How a backend's watches fared, for users and tests to read (counts, by reason).
+
+    ``reconnects``: each new watch request after the first, by why the last one ended:
+    "expired" (the server ended it at its timeoutSeconds, the normal case), "error" (the
+    connection broke or a request failed; resumed from the last resourceVersion), "gone"
+    (410), "silent" (no event and no bookmark for the idle bound), "ended early" (ended
+    cleanly before its timeoutSeconds) or "periodic" (the safety-net relist).
+    ``relists``: each completed LIST by reason: "initial", then the relisting reasons above.
+    """
+
+    reconnects: collections.Counter[str] = field(default_factory=collections.Counter)
+    relists: collections.Counter[str] = field(default_factory=collections.Counter)
+
 
 _KEEP_META = (
     "name",
@@ -47,14 +91,6 @@ _KEEP_LABELS = (
     "job-name",
 )
 _KEEP_ANNOTATIONS = ("k8sjobs.io/step-name", "k8sjobs.io/study-name", "k8sjobs.io/outputs")
-
-
-@dataclass(frozen=True)
-class Change:
-    """One object that changed: its name and its new body (None once deleted)."""
-
-    name: str
-    obj: Obj | None
 
 
 def slim(obj: Mapping[str, Any]) -> Obj:
@@ -92,19 +128,24 @@ class Cache:
             return None
         name = str(meta.get("name", ""))
         if kind == "DELETED":
-            return Change(name, None) if self.objects.pop(name, None) is not None else None
+            gone = self.objects.pop(name, None) is not None
+            return Change(name, None, "DELETED") if gone else None
         current = self.objects.get(name)
         if current is not None and current["metadata"].get("resourceVersion") == version:
             return None
         self.objects[name] = body = slim(obj)
-        return Change(name, body)
+        return Change(name, body, "ADDED" if current is None else "MODIFIED")
 
     def replace(self, items: Iterable[Mapping[str, Any]], resource_version: str) -> list[Change]:
-        """Take a full relist; return what differs, deletions included."""
+        """Take a full relist; return what differs from the cache, deletions first.
+
+        An object the cache lacks comes out ADDED, one with another resourceVersion
+        MODIFIED, one the list lacks DELETED; an unchanged one not at all.
+        """
         fresh = {str(i["metadata"]["name"]): i for i in items}
-        changes = [Change(name, None) for name in self.objects if name not in fresh]
-        for name in [c.name for c in changes]:
-            del self.objects[name]
+        changes = [Change(name, None, "DELETED") for name in self.objects if name not in fresh]
+        for gone in changes:
+            del self.objects[gone.name]
         for item in fresh.values():
             change = self.apply("MODIFIED", item)
             if change is not None:
@@ -117,7 +158,11 @@ class Informer:
     """Keeps a ``Cache`` of one kind of object current and reports every change.
 
     ``on_change`` is called with each ``Change`` in order, from the informer's task.
-    ``synced`` is set once the first list has been applied.
+    ``synced`` is set once the first list has been applied. ``idle``: seconds without an
+    event or a bookmark after which the watch is taken for dead (above the minute a real
+    server leaves between bookmarks). ``relist_every``: mean seconds between safety-net
+    relists (each jittered by +-20%), None for none. ``stats`` is shared by a backend's
+    informers.
     """
 
     def __init__(
@@ -129,6 +174,9 @@ class Informer:
         on_change: Callable[[Change], None],
         *,
         watch_timeout: int = 300,
+        idle: float = 120.0,
+        relist_every: float | None = None,
+        stats: WatchStats | None = None,
     ) -> None:
         self.client = client
         self.kind = kind
@@ -136,75 +184,167 @@ class Informer:
         self.selector = selector
         self.cache = Cache()
         self.synced = asyncio.Event()
+        self.stats = stats if stats is not None else WatchStats()
         self._on_change = on_change
         self._watch_timeout = watch_timeout
+        self._idle = idle
+        self._relist_every = relist_every
+        self._relist_due: float | None = None
+        self._heard = False
         self.relists = 0
         self.reconnects = 0
 
     async def run(self) -> None:
-        """List and watch until cancelled, resuming after every drop."""
-        failures = 0
-        need_list = True
+        """List and watch until cancelled, resuming after every drop, relisting when needed."""
+        failures = churn = 0
+        relist = "initial"
         while True:
             try:
-                if need_list:
-                    await self._list()
-                    need_list = False
-                await self._watch()
+                if relist:
+                    await self._list(relist)
+                    relist = ""
+                reason = await self._watch()
                 failures = 0
             except Gone:
-                log.info("%s watch: history compacted (410); relisting", self.kind.plural)
-                need_list = True
-                continue
+                reason = "gone"
             except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 if not self.synced.is_set() and _fatal(exc):
                     raise  # no point in retrying a refusal before anything was seen
                 failures += 1
-                log.info("%s watch dropped (%s); resuming", self.kind.plural, type(exc).__name__)
+                reason = "error"
+                self._reconnecting(reason, f"{type(exc).__name__}: {exc}", relist)
                 await asyncio.sleep(_backoff(failures))
-            self.reconnects += 1
+                continue
+            if reason in _RELIST_REASONS:
+                relist = reason
+            self._reconnecting(reason, _WHY[reason].format(idle=self._idle), relist)
+            # Relists in a row with nothing heard in between (a 410 right after each list,
+            # say) back off as failures do, rather than spin on LIST and WATCH.
+            churn = 0 if self._heard or not relist else churn + 1
+            if churn > 1:
+                await asyncio.sleep(_backoff(churn))
 
-    async def _list(self) -> None:
+    def _reconnecting(self, reason: str, why: str, relist: str) -> None:
+        """Count and log one reconnect (at INFO: a user should see why a watch restarted)."""
+        self.reconnects += 1
+        self.stats.reconnects[reason] += 1
+        log.info(
+            '%s watch in namespace "%s" %s; reconnecting%s',
+            self.kind.plural,
+            self.namespace,
+            why,
+            f" with a relist ({relist})" if relist else "",
+        )
+
+    async def _list(self, reason: str) -> None:
         found = await self.client.list_all(self.kind, self.namespace, self.selector)
         items, version = found["items"], found["metadata"]["resourceVersion"]
         self.relists += 1
-        for change in self.cache.replace(items, version):
+        self.stats.relists[reason] += 1
+        self._schedule_relist()
+        changes = self.cache.replace(items, version)
+        if reason != "initial":
+            log.info(
+                '%s in namespace "%s" relisted (%s): %d objects, %d changed while unseen',
+                self.kind.plural,
+                self.namespace,
+                reason,
+                len(items),
+                len(changes),
+            )
+        for change in changes:
             self._on_change(change)
         self.synced.set()
 
-    async def _watch(self) -> None:
+    def _schedule_relist(self) -> None:
+        if self._relist_every is not None:
+            jitter = random.uniform(0.8, 1.2)
+            self._relist_due = asyncio.get_running_loop().time() + self._relist_every * jitter
+
+    async def _watch(self) -> str:
+        """Watch until the stream ends; return why: a relisting reason or "expired"."""
+        timeout = self._watch_timeout + random.randint(0, 30)
         params = {
             "allowWatchBookmarks": "true",
             "resourceVersion": self.cache.resource_version,
-            "timeoutSeconds": str(self._watch_timeout + random.randint(0, 30)),
+            "timeoutSeconds": str(timeout),
         }
         if self.selector:
             params["labelSelector"] = self.selector
-        async for kind, obj in events(self.client, self.kind, self.namespace, params):
-            change = self.cache.apply(kind, obj)
-            if change is not None:
-                self._on_change(change)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        streaming = self._heard = False
+        due = self._relist_due
+
+        def heard() -> float | None:
+            """Return the new deadline: the idle bound from now, or the relist if sooner."""
+            bound = loop.time() + self._idle
+            return bound if due is None else min(bound, due)
+
+        try:
+            async with asyncio.timeout_at(due) as timer:
+
+                def opened() -> None:
+                    nonlocal streaming
+                    streaming = True
+                    timer.reschedule(heard())
+
+                stream = events(self.client, self.kind, self.namespace, params, opened=opened)
+                async with contextlib.aclosing(stream):
+                    async for kind, obj in stream:
+                        timer.reschedule(heard())
+                        change = self.cache.apply(kind, obj)
+                        if change is not None:
+                            self._on_change(change)
+                        self._heard = True
+        except TimeoutError:
+            # Ours, or aiohttp's read timeout on the same bound: either way, nothing came.
+            if due is not None and loop.time() >= due:
+                return "periodic"
+            if not streaming:
+                raise
+            return "silent"
+        if loop.time() < started + timeout - _EXPIRY_SLACK:
+            return "ended early"
+        return "expired"
+
+
+_WHY = {
+    "expired": "reached its timeoutSeconds",
+    "gone": "answered 410 Gone (history compacted)",
+    "silent": "was silent for {idle:g} s (no event, no bookmark)",
+    "ended early": "was ended cleanly by the server before its timeoutSeconds",
+    "periodic": "is due for its periodic relist",
+}
 
 
 async def events(
-    client: KubeClient, kind: Kind, namespace: str, params: Mapping[str, str]
-) -> AsyncIterator[tuple[str, Obj]]:
+    client: KubeClient,
+    kind: Kind,
+    namespace: str,
+    params: Mapping[str, str],
+    *,
+    opened: Callable[[], None] | None = None,
+) -> AsyncGenerator[tuple[str, Obj], None]:
     """Yield (type, object) for each event of one watch request, until the server ends it.
 
     An ERROR event is raised: Gone for 410 (the history from that resourceVersion was
-    compacted), ApiError otherwise.
+    compacted), ApiError otherwise. ``opened`` is called once the server has answered.
     """
     what = f'watch {kind.plural} in namespace "{namespace}"'
     query = {**params, "watch": "true"}
-    lines = client.stream_lines(kind.path(namespace), query, what=what, kind=kind, verb="watch")
-    async for line in lines:
-        event = json.loads(line)
-        event_type = str(event.get("type"))
-        obj = event.get("object") or {}
-        if event_type == "ERROR":
-            code = int(obj.get("code") or 0)
-            raise Gone(410, obj) if code == 410 else ApiError(code or 500, obj, what=what)
-        yield event_type, obj
+    lines = client.stream_lines(
+        kind.path(namespace), query, what=what, kind=kind, verb="watch", opened=opened
+    )
+    async with contextlib.aclosing(lines):
+        async for line in lines:
+            event = json.loads(line)
+            event_type = str(event.get("type"))
+            obj = event.get("object") or {}
+            if event_type == "ERROR":
+                code = int(obj.get("code") or 0)
+                raise Gone(410, obj) if code == 410 else ApiError(code or 500, obj, what=what)
+            yield event_type, obj
 
 
 async def wait_deleted(

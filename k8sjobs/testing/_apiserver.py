@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import ssl
 import time
@@ -27,7 +28,7 @@ from k8sjobs.testing._eviction import success_status as eviction_status
 from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
 from k8sjobs.testing._namespaces import admit_delete
 from k8sjobs.testing._resources import Resource
-from k8sjobs.testing._store import Obj, Store, copy_obj
+from k8sjobs.testing._store import Obj, Store, Watcher, copy_obj
 
 _JSON = "application/json"
 _DEFAULT_WATCH_TIMEOUT = 1800.0
@@ -84,6 +85,22 @@ class ApiServer:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1]
         return self.port
+
+    async def graceful_shutdown(self, drain: float) -> None:
+        """Shut down the way kube-apiserver does on SIGTERM, measured on v1.36.
+
+        It stops listening at once (new connections are refused; idle keep-alive ones are
+        closed), holds every open watch open and silent for `drain` seconds (no events, no
+        bookmarks), then ends them cleanly (HTTP 200, no ERROR event) and stops.
+        """
+        assert self._runner is not None and self._runner.server is not None
+        for site in list(self._runner.sites):
+            await site.stop()
+        await asyncio.sleep(0)  # let requests already accepted start being handled
+        self._runner.server.pre_shutdown()
+        self.store.silence_watches()
+        await asyncio.sleep(drain)
+        await self.stop()
 
     async def stop(self) -> None:
         """Stop serving, ending open watches first so that shutdown does not wait on them."""
@@ -259,13 +276,16 @@ class ApiServer:
         deadline = time.monotonic() + timeout
         next_bookmark = time.monotonic() + self.bookmark_interval
         while True:
+            if watcher.silenced:
+                await _until_closed(watcher, deadline)
+                return
             await self._send_pending(response, watcher)
             if watcher.closed:
                 return
             now = time.monotonic()
             if now >= deadline:
                 return
-            if bookmarks and now >= next_bookmark:
+            if bookmarks and now >= next_bookmark and not watcher.silenced:
                 await response.write(self._bookmark(res))
                 next_bookmark = now + self.bookmark_interval
             watcher.wakeup.clear()
@@ -541,6 +561,14 @@ def _verb(method: str, name: str, query: Any) -> str:
     if method not in verbs:
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
     return verbs[method]
+
+
+async def _until_closed(watcher: Watcher, deadline: float) -> None:
+    """Hold a silenced watch open, sending nothing, until it is closed or times out."""
+    while not watcher.closed and (left := deadline - time.monotonic()) > 0:
+        watcher.wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watcher.wakeup.wait(), timeout=left)
 
 
 def _truthy(value: str | None) -> bool:

@@ -41,6 +41,8 @@ class FakeCluster:
     validation: "shape" (schema-check each distinct object shape once, the default),
       "always" or "off"; see `Validator`.
     tls, token: serve HTTPS with a generated test CA, require a bearer token.
+    bookmark_interval: seconds between the BOOKMARK events a watch asking for them
+      (allowWatchBookmarks) gets while idle; a real server sends one about every 60 s.
     """
 
     def __init__(
@@ -86,6 +88,8 @@ class FakeCluster:
             compact=self.store.compact,
             restart=self.restart,
             pause_kubelet=self.kubelet.pause,
+            silence_watches=self.store.silence_watches,
+            graceful_restart=self._graceful_restart,
         )
         self.token = token or (secrets.token_hex(16) if tls else None)
         self.tls = tls
@@ -139,6 +143,13 @@ class FakeCluster:
     async def restart(self) -> None:
         """Restart the API server on the same port; objects, history and counters are kept."""
         await self.server.stop()
+        await self.server.start(port=self._port, ssl_context=self._ssl)
+
+    async def _graceful_restart(self, drain: float, downtime: float) -> None:
+        """Shut the API server down gracefully, compact history, and start it again."""
+        await self.server.graceful_shutdown(drain)
+        self.store.compact()
+        await asyncio.sleep(downtime)
         await self.server.start(port=self._port, ssl_context=self._ssl)
 
     async def __aenter__(self) -> FakeCluster:

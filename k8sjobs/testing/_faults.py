@@ -1,9 +1,10 @@
 """Faults on demand for reliability tests, and the per-request tally tests assert on.
 
 `Faults` is what `FakeCluster.faults` returns: error injection per verb and resource (429
-with Retry-After, 500, 503), added latency, and the cluster-wide disruptions (dropping every
-open watch, compacting history, restarting the server, pausing the kubelet), which it
-delegates to the cluster through callbacks so that this module holds no server state.
+with Retry-After, 500, 503), added latency, and the cluster-wide disruptions (dropping or
+silencing every open watch, compacting history, restarting the server abruptly or the way
+a SIGTERM'd kube-apiserver does, pausing the kubelet), which it delegates to the cluster
+through callbacks so that this module holds no server state.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class Faults:
         compact: Callable[[], None],
         restart: Callable[[], Awaitable[None]],
         pause_kubelet: Callable[[bool], None],
+        silence_watches: Callable[..., int],
+        graceful_restart: Callable[[float, float], Awaitable[None]],
     ) -> None:
         self._rules: list[_Rule] = []
         self._latency: dict[str | None, float] = {}
@@ -83,6 +86,8 @@ class Faults:
         self._compact = compact
         self._restart = restart
         self._pause_kubelet = pause_kubelet
+        self._silence_watches = silence_watches
+        self._graceful_restart = graceful_restart
 
     def fail(
         self,
@@ -116,6 +121,33 @@ class Faults:
     def drop_watches(self) -> int:
         """End every open watch stream now; return how many were open."""
         return self._drop_watches()
+
+    def silence_watches(self, *, resumed: bool = False) -> int:
+        """Make every open watch go silent: open, but no events and no bookmarks, ever.
+
+        Objects keep changing; the streams end only at their timeout or a later drop.
+        With `resumed`, watches opened later from a resourceVersion at or before now are
+        silent too, so only a client that lists again gets events: the restarted v1.36
+        server on which resumed watches stayed open and silent for minutes. Returns how
+        many open watches were silenced.
+        """
+        return self._silence_watches(resumed=resumed)
+
+    async def graceful_shutdown(self, drain: float = 60.0, downtime: float = 0.0) -> None:
+        """Restart the server the way kube-apiserver handles SIGTERM, history compacted.
+
+        New connections are refused at once; open watches stay open and silent for
+        `drain` seconds (a real v1.36 server held them about 60 s), then end cleanly
+        (HTTP 200, no ERROR event). After `downtime` more seconds the server listens again
+        on the same port with its history compacted, so resuming from an old
+        resourceVersion answers 410 Gone. The controller and kubelet keep working all
+        along. Returns once the server is back.
+        """
+        if drain < 0 or downtime < 0:
+            raise ValueError(
+                f"drain ({drain}) and downtime ({downtime}) must be seconds, 0 or more"
+            )
+        await self._graceful_restart(drain, downtime)
 
     def compact(self) -> None:
         """Compact history now: watches and continue tokens from older versions get 410."""

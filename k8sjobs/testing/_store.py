@@ -75,10 +75,11 @@ class Watcher:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
     close_reason: str = ""
+    silenced: bool = False
 
     def offer(self, event: Event) -> None:
         """Queue `event`, or close this watcher when it has fallen too far behind."""
-        if self.closed:
+        if self.closed or self.silenced:
             return
         if len(self.pending) >= self.limit:
             self.close("watcher too slow")
@@ -113,6 +114,7 @@ class Store:
         self._dependents: dict[str, set[Key]] = collections.defaultdict(set)
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
         self._floor = 0
+        self._silent_through = 0
         self._watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
         self._listeners: list[Callable[[Event], None]] = []
         self._pending_gc: set[str] = set()
@@ -171,7 +173,8 @@ class Store:
         since: int | None,
     ) -> Watcher:
         """Open a watch; `since=None` first replays the current objects as ADDED events."""
-        if since is not None and since < self._floor:
+        # A watch from the current version has nothing to replay, so history is not needed.
+        if since is not None and since < self._floor and since != self.rv:
             raise _errors.gone(f"too old resource version: {since} ({self._floor + 1})")
         replay: list[Event] = []
         if since is None:
@@ -190,7 +193,10 @@ class Store:
                 and matches(e.obj)
             ]
         watcher = Watcher(resource, namespace, matches, self.watch_buffer + len(replay))
-        watcher.pending.extend(replay)
+        if since is not None and since <= self._silent_through:
+            watcher.silenced = True
+        else:
+            watcher.pending.extend(replay)
         self._watchers[resource].add(watcher)
         return watcher
 
@@ -211,6 +217,24 @@ class Store:
                 dropped += 1
             watchers.clear()
         return dropped
+
+    def silence_watches(self, *, resumed: bool = False) -> int:
+        """Make every open watch deliver nothing more, bookmarks included; return how many.
+
+        The streams stay open (until `drop_watches` or their timeout) while objects keep
+        changing: what a client sees of an API server that stopped feeding its watches.
+        With `resumed`, a later watch from a resourceVersion at or before this moment is
+        silent too: only a watch from a fresh list's version gets events.
+        """
+        if resumed:
+            self._silent_through = self.rv
+        silenced = 0
+        for watchers in self._watchers.values():
+            for watcher in watchers:
+                watcher.silenced = True
+                watcher.pending.clear()
+                silenced += 1
+        return silenced
 
     def compact(self) -> None:
         """Forget the whole history: every resourceVersion handed out so far now gets 410."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
+from k8sjobs.handle import StepHandle
 from k8sjobs.session import Session
 from k8sjobs.spec import Step
 from k8sjobs.testing import FakeCluster
@@ -32,3 +35,25 @@ def orphans(cluster: FakeCluster) -> list[str]:
         for c in cluster.objects("configmaps", "default")
         if not c["metadata"].get("ownerReferences") and c["metadata"]["name"] != "kube-root-ca.crt"
     ]
+
+
+def count_terminal(handles: list[StepHandle]) -> dict[str, int]:
+    """Count, per handle, how many terminal notifications its listeners received."""
+    seen = {h.name: 0 for h in handles}
+
+    def note(handle: StepHandle) -> None:
+        if handle.done:
+            seen[handle.name] += 1
+
+    for handle in handles:
+        handle.add_listener(note)
+    return seen
+
+
+async def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
+    """Wait until ``predicate()`` holds, checking every 20 ms; fail after ``timeout`` s."""
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout} s")

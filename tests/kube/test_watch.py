@@ -8,25 +8,11 @@ import signal
 import sys
 from pathlib import Path
 
-from kubehelpers import orphans, session, step
+from kubehelpers import count_terminal, orphans, session, step
 
-from k8sjobs.handle import StepHandle
 from k8sjobs.kube.watch import Cache
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
-
-
-def _count_terminal(handles: list[StepHandle]) -> dict[str, int]:
-    """Count, per handle, how many terminal notifications its listeners received."""
-    seen = {h.name: 0 for h in handles}
-
-    def note(handle: StepHandle) -> None:
-        if handle.done:
-            seen[handle.name] += 1
-
-    for handle in handles:
-        handle.add_listener(note)
-    return seen
 
 
 def test_cache_skips_replayed_events_and_relist_synthesizes_deletions() -> None:
@@ -58,7 +44,7 @@ async def test_watch_drops_lose_nothing_and_repeat_nothing(
 ) -> None:
     async with session(cluster, tmp_path) as s:
         handles = await s.submit_many([step(f"d{i}", duration=0.3) for i in range(30)])
-        seen = _count_terminal(handles)
+        seen = count_terminal(handles)
         for _ in range(5):
             await asyncio.sleep(0.1)
             cluster.faults.drop_watches()
@@ -70,7 +56,7 @@ async def test_watch_drops_lose_nothing_and_repeat_nothing(
 async def test_410_gone_relists_and_reconciles(cluster: FakeCluster, tmp_path: Path) -> None:
     async with session(cluster, tmp_path) as s:
         handles = await s.submit_many([step(f"g{i}", duration=0.4) for i in range(20)])
-        seen = _count_terminal(handles)
+        seen = count_terminal(handles)
         backend = s._backends["kubernetes"]
         (watch,) = backend._watches.values()  # type: ignore[attr-defined]
         await asyncio.sleep(0.1)
@@ -122,7 +108,7 @@ async def test_5xx_on_writes_is_retried(cluster: FakeCluster, tmp_path: Path) ->
 async def test_server_restart_mid_watch(cluster: FakeCluster, tmp_path: Path) -> None:
     async with session(cluster, tmp_path, backoff=0.01) as s:
         handles = await s.submit_many([step(f"r{i}", duration=0.5) for i in range(20)])
-        seen = _count_terminal(handles)
+        seen = count_terminal(handles)
         await asyncio.sleep(0.2)
         await cluster.faults.restart_server()
         results = await s.gather(*handles, timeout=20)
