@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
+import yarl
 
 from ..errors import (
     ArtifactNotFound,
@@ -325,9 +326,12 @@ class Transport:
         body: BodyFactory | None,
         ok: tuple[int, ...],
     ) -> aiohttp.ClientResponse:
+        # Credentials go to the registry's own origin only: an upload Location or a tags Link
+        # naming another host gets none (as aiohttp does for redirects).
+        ours = yarl.URL(url).origin() == yarl.URL(self.base_url(host)).origin()
         for round_ in range(2):
             all_headers = dict(headers or {})
-            authorization = await self._authorization(host, scope)
+            authorization = await self._authorization(host, scope) if ours else None
             if authorization:
                 all_headers["Authorization"] = authorization
             resp = await self.session().request(
@@ -337,7 +341,7 @@ class Transport:
                 data=body() if body else None,
                 allow_redirects=True,
             )
-            if resp.status != 401 or round_ == 1:
+            if resp.status != 401 or round_ == 1 or not ours:
                 break
             challenge_header = resp.headers.get("WWW-Authenticate", "")
             resp.release()

@@ -54,7 +54,9 @@ class HostileRegistry:
     stall_after: int | None = None  # send this many bytes of a blob, then stop sending
     basic_user: tuple[str, str] | None = None  # require these credentials (basic auth)
     echo_authorization: bool = False  # answer 400 with the Authorization header in the body
+    tags_next: str | None = None  # answer tags/list with one tag and a Link to this URL
     requests: list[tuple[str, str]] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)  # every Authorization received
     port: int = 0
     stalled: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
@@ -89,6 +91,8 @@ class HostileRegistry:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         auth = request.headers.get("Authorization", "")
+        if auth:
+            self.authorizations.append(auth)
         if self.basic_user is not None:
             expected = "Basic " + base64.b64encode(":".join(self.basic_user).encode()).decode()
             if auth != expected:
@@ -98,6 +102,9 @@ class HostileRegistry:
         if self.echo_authorization:
             body = {"errors": [{"code": "DENIED", "message": f"bad request with {auth}"}]}
             return web.json_response(body, status=400)
+        if request.path.endswith("/tags/list"):
+            link = {"Link": f'<{self.tags_next}>; rel="next"'} if self.tags_next else {}
+            return web.json_response({"tags": [f"t{self.port}"]}, headers=link)
         parts = request.path.split("/")
         kind, key = parts[-2], parts[-1]
         store = self.manifests if kind == "manifests" else self.blobs

@@ -123,3 +123,15 @@ def test_helper_that_forks_is_killed_with_its_process_group(
 
 def test_credentials_repr_hides_the_secret() -> None:
     assert SECRET not in repr(Credentials("user", SECRET))
+
+
+async def test_credentials_never_follow_a_link_to_another_host() -> None:
+    async with HostileRegistry() as elsewhere:
+        own = HostileRegistry(basic_user=("user", SECRET))
+        own.tags_next = f"http://{elsewhere.location}/v2/r/tags/list?n=1000"
+        async with own:
+            registry = Registry(own.location, plain_http=True, username="user", password=SECRET)
+            async with registry:
+                tags = await registry.tags("r")
+    assert tags == sorted([f"t{own.port}", f"t{elsewhere.port}"])
+    assert own.authorizations and not elsewhere.authorizations
