@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from k8sjobs.testing import _catalog, _errors, _patch, _requests, _selectors
+from k8sjobs.testing import _catalog, _errors, _listoptions, _patch, _requests, _selectors, _table
 from k8sjobs.testing._crd import CRD_PLURAL, CrdController, check_unknown_fields
 from k8sjobs.testing._discovery import DISCOVERY
 from k8sjobs.testing._errors import ApiError
@@ -163,12 +163,18 @@ class ApiServer:
     ) -> web.StreamResponse:
         if sub == "log":
             return await self._log(request, ns, name)
-        return _json_response(self.store.require(res.plural, ns, name))
+        obj = self.store.require(res.plural, ns, name)
+        if _table.wants_table(request.headers.get("Accept", "")):
+            return _json_response(
+                _as_table(request, res, [obj], obj["metadata"]["resourceVersion"])
+            )
+        return _json_response(obj)
 
     async def _list(
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
+        _listoptions.send_initial_events(query, watch=False)
         matches = _selectors.from_query(query, res.plural)
         _requests.timeout_seconds(query, 0.0)  # only checked: a list ends when it is written
         limit = int(query.get("limit") or 0)
@@ -197,6 +203,9 @@ class ApiServer:
                 if f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" > next_key
                 and matches(o)
             )
+        if _table.wants_table(request.headers.get("Accept", "")):
+            cont = metadata.get("continue", "")
+            return _json_response(_as_table(request, res, items, str(list_rv), cont))
         body = {
             "kind": f"{res.kind}List",
             "apiVersion": res.api_version,
@@ -234,8 +243,10 @@ class ApiServer:
         query = request.query
         matches = _selectors.from_query(query, res.plural)
         raw_rv = query.get("resourceVersion", "")
-        initial = _truthy(query.get("sendInitialEvents"))
+        initial = _listoptions.send_initial_events(query, watch=True)
         since = None if initial else _requests.watch_resource_version(raw_rv)
+        if initial is False and since is None:
+            since = self.store.rv  # sendInitialEvents=false: only what happens from now on
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
         timeout = _requests.timeout_seconds(query, _DEFAULT_WATCH_TIMEOUT)
         response = web.StreamResponse(headers={"Content-Type": _JSON})
@@ -243,14 +254,16 @@ class ApiServer:
         await response.prepare(request)
         try:
             watcher = self.store.watch(res.plural, ns, matches, since)
+            snapshot = (len(watcher.pending), self.store.rv)
         except ApiError as error:
             line = json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n"
             await response.write(line)
             return response
         try:
             if initial:
-                await self._send_pending(response, watcher)
-                await response.write(self._bookmark(res, initial_end=True))
+                # The snapshot's ADDED events, then its end at the snapshot's resourceVersion.
+                await self._send_pending(response, watcher, snapshot[0])
+                await response.write(self._bookmark(res, initial_end=True, rv=snapshot[1]))
             await self._stream(response, watcher, res, timeout, bookmarks)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -258,11 +271,16 @@ class ApiServer:
             self.store.unwatch(watcher)
         return response
 
-    async def _send_pending(self, response: web.StreamResponse, watcher: Any) -> None:
-        while watcher.pending:
+    async def _send_pending(
+        self, response: web.StreamResponse, watcher: Any, count: int | None = None
+    ) -> None:
+        """Send the watcher's queued events (only the first `count` when given)."""
+        left = len(watcher.pending) if count is None else count
+        while watcher.pending and left > 0:
             chunk: list[bytes] = []
-            while watcher.pending and len(chunk) < 256:
+            while watcher.pending and len(chunk) < min(256, left):
                 chunk.append(watcher.pending.popleft().line())
+            left -= len(chunk)
             await response.write(b"".join(chunk))
 
     async def _stream(
@@ -295,10 +313,10 @@ class ApiServer:
             except TimeoutError:
                 continue
 
-    def _bookmark(self, res: Resource, *, initial_end: bool = False) -> bytes:
-        metadata: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+    def _bookmark(self, res: Resource, *, initial_end: bool = False, rv: int = 0) -> bytes:
+        metadata: dict[str, Any] = {"resourceVersion": str(rv or self.store.rv)}
         if initial_end:
-            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+            metadata["annotations"] = {_listoptions.INITIAL_EVENTS_END: "true"}
         obj = {"kind": res.kind, "apiVersion": res.api_version, "metadata": metadata}
         return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
 
@@ -513,6 +531,13 @@ def _parse(path: str, resources: dict[str, Resource]) -> tuple[Resource, str | N
     if not resource.namespaced:
         namespace = ""
     return resource, namespace, name, sub
+
+
+def _as_table(
+    request: web.Request, res: Resource, objects: list[Obj], rv: str, cont: str = ""
+) -> dict[str, Any]:
+    include = request.query.get("includeObject", "Metadata")
+    return _table.table(res, objects, rv, include, cont)
 
 
 def _field_warnings(request: web.Request, res: Resource, body: Any) -> list[str]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest_asyncio
 from kubernetes_asyncio import client, config
 
@@ -43,3 +46,20 @@ async def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> N
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """A plain aiohttp session, for requests a generated client cannot make."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+async def call(
+    http: aiohttp.ClientSession, method: str, url: str, body: Any = None, **headers: str
+) -> tuple[int, Any]:
+    """Send one request (a dict body as JSON); return the status and the decoded body."""
+    data = json.dumps(body) if body is not None and not isinstance(body, str) else body
+    async with http.request(method, url, data=data, headers=headers) as response:
+        text = await response.text()
+        return response.status, json.loads(text) if text else None

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio import client, watch
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import wait_until
+from tests.testing.conftest import call, wait_until
 from tests.testing.crdhelpers import (
     GROUP,
     VERSION,
@@ -26,23 +23,6 @@ from tests.testing.crdhelpers import (
 )
 
 MC = f"/apis/{GROUP}/{VERSION}/namespaces/default/miniclusters"
-
-
-@pytest_asyncio.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        yield session
-
-
-async def call(
-    http: aiohttp.ClientSession, method: str, url: str, body: Any = None, **headers: str
-) -> tuple[int, Any]:
-    """Send one request; return the status and the decoded JSON body."""
-    data = json.dumps(body) if body is not None and not isinstance(body, str) else body
-    async with http.request(method, url, data=data, headers=headers) as response:
-        text = await response.text()
-        return response.status, json.loads(text) if text else None
 
 
 async def test_crd_becomes_established_with_names_accepted(

@@ -68,7 +68,8 @@ async def test_kubectl_creates_a_crd_and_gets_its_kind(kubectl: Kubectl) -> None
     await kubectl("wait", "--for=condition=Established", f"crd/miniclusters.{GROUP}")
     await kubectl("create", "-f", kubectl.manifest("mc.yaml", minicluster("m1", size=2)))
     listed = await kubectl("get", "miniclusters")
-    assert listed.split("\n")[1].split()[0] == "m1"
+    assert listed.split("\n")[0].split() == ["NAME", "SIZE", "AGE"]
+    assert listed.split("\n")[1].split()[:2] == ["m1", "2"]
     assert await kubectl("get", "mc", "m1", "-o", "jsonpath={.spec.size}") == "2"
 
     unknown = kubectl.manifest("unknown.yaml", minicluster("m2", bogus=1))
@@ -87,3 +88,41 @@ async def test_kubectl_creates_a_crd_and_gets_its_kind(kubectl: Kubectl) -> None
     # kubectl's discovery cache may still name the kind; the server no longer serves it.
     assert code == 1
     assert "doesn't have a resource type" in err or "(NotFound)" in err
+
+
+async def test_kubectl_get_prints_the_servers_tables(kubectl: Kubectl) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "hello"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+                }
+            }
+        },
+    }
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}
+    await kubectl("create", "-f", kubectl.manifest("objects.yaml", job, cm))
+    await wait_until(lambda: bool(kubectl.cluster.objects("pods")))
+    await wait_until(
+        lambda: any(
+            c["type"] == "Complete"
+            for c in kubectl.cluster.get("jobs", "hello")["status"].get("conditions", [])
+        )
+    )
+    jobs = (await kubectl("get", "jobs")).splitlines()
+    assert jobs[0].split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert jobs[1].split()[:3] == ["hello", "Complete", "1/1"]
+    pods = (await kubectl("get", "pods", "-o", "wide")).splitlines()
+    assert pods[0].split()[:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert pods[1].split()[1:4] == ["0/1", "Completed", "0"]
+    configmaps = (await kubectl("get", "configmaps")).splitlines()
+    assert configmaps[0].split() == ["NAME", "DATA", "AGE"] and configmaps[1].split()[:2] == [
+        "cfg",
+        "1",
+    ]
+    namespaces = (await kubectl("get", "namespaces")).splitlines()
+    assert namespaces[1].split()[:2] == ["default", "Active"]
