@@ -17,9 +17,19 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import yaml
 from aiohttp import web
 
-from k8sjobs.testing import _catalog, _errors, _listoptions, _patch, _requests, _selectors, _table
+from k8sjobs.testing import (
+    _apply,
+    _catalog,
+    _errors,
+    _listoptions,
+    _patch,
+    _requests,
+    _selectors,
+    _table,
+)
 from k8sjobs.testing._crd import CRD_PLURAL, CrdController, check_unknown_fields
 from k8sjobs.testing._discovery import DISCOVERY
 from k8sjobs.testing._errors import ApiError
@@ -31,6 +41,7 @@ from k8sjobs.testing._resources import Resource
 from k8sjobs.testing._store import Obj, Store, Watcher, copy_obj
 
 _JSON = "application/json"
+_APPLY = "application/apply-patch+yaml"
 _DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
@@ -332,6 +343,7 @@ class ApiServer:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
         dry_run = _dry_run(request, "CreateOptions")
         warnings = _field_warnings(request, res, body)
+        _track_fields(request, res, None, body, sub)
         created = self.store.create(res.plural, ns or "", body, dry_run=dry_run)
         return _warn(_json_response(created, 201), warnings)
 
@@ -344,6 +356,7 @@ class ApiServer:
             raise _errors.bad_request("the name of the object does not match the name on the URL")
         dry_run = _dry_run(request, "UpdateOptions")
         warnings = _field_warnings(request, res, body)
+        _track_fields(request, res, self.store.get(res.plural, ns or "", name), body, sub)
         stored = self.store.update(res.plural, ns or "", body, subresource=sub, dry_run=dry_run)
         return _warn(_json_response(stored), warnings)
 
@@ -351,6 +364,12 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
         ctype = request.content_type
+        if ctype == _APPLY:
+            return await self._apply(request, res, ns or "", name, sub)
+        if "force" in request.query:
+            raise _options_invalid(
+                "PatchOptions", "force", "Forbidden", "may not be specified for non-apply patch"
+            )
         patch = await _read_json(request)
         current = copy_obj(self.store.require(res.plural, ns or "", name))
         if ctype == "application/merge-patch+json":
@@ -374,8 +393,34 @@ class ApiServer:
         if sub != "status" and res.has_status:
             patched["status"] = current.get("status", {})
         dry_run = _dry_run(request, "PatchOptions")
+        _track_fields(request, res, current, patched, sub)
         stored = self.store.update(res.plural, ns or "", patched, subresource=sub, dry_run=dry_run)
         return _json_response(stored)
+
+    async def _apply(
+        self, request: web.Request, res: Resource, ns: str, name: str, sub: str
+    ) -> web.StreamResponse:
+        """Server-side apply: merge the applied fields, own them, create when absent."""
+        manager = request.query.get("fieldManager", "")
+        if not manager:
+            raise _options_invalid(
+                "PatchOptions", "fieldManager", "Required", "is required for apply patch"
+            )
+        dry_run = _dry_run(request, "PatchOptions")
+        applied = _read_apply_body(await request.read(), res, name)
+        warnings = _field_warnings(request, res, applied)
+        live = self.store.get(res.plural, ns, name)
+        sent_rv = applied["metadata"].get("resourceVersion")
+        if live is not None and sent_rv and sent_rv != live["metadata"]["resourceVersion"]:
+            raise _errors.conflict(res.plural, name, res.group)
+        force = _truthy(request.query.get("force"))
+        merged = _apply.apply(res, live, applied, manager, sub, force)
+        if live is None:
+            created = self.store.create(res.plural, ns, merged, dry_run=dry_run)
+            return _warn(_json_response(created, 201), warnings)
+        merged["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        stored = self.store.update(res.plural, ns, merged, subresource=sub, dry_run=dry_run)
+        return _warn(_json_response(stored), warnings)
 
     async def _delete(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
@@ -538,6 +583,46 @@ def _as_table(
 ) -> dict[str, Any]:
     include = request.query.get("includeObject", "Metadata")
     return _table.table(res, objects, rv, include, cont)
+
+
+def _read_apply_body(raw: bytes, res: Resource, name: str) -> dict[str, Any]:
+    """Return the applied configuration (YAML or JSON), checked against the URL."""
+    try:
+        body = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise _errors.bad_request(f"error decoding YAML: {exc}") from exc
+    if not isinstance(body, dict):
+        raise _errors.bad_request("the applied configuration must be an object")
+    if body.get("apiVersion") != res.api_version or body.get("kind") != res.kind:
+        message = (
+            f"the API version in the data ({body.get('apiVersion')}) and kind "
+            f"({body.get('kind')}) do not match the resource {res.api_version} {res.kind}"
+        )
+        raise _errors.bad_request(message)
+    body.setdefault("metadata", {})
+    if body["metadata"].get("name", name) != name:
+        raise _errors.bad_request("the name of the object does not match the name on the URL")
+    body["metadata"]["name"] = name
+    return body
+
+
+def _track_fields(request: web.Request, res: Resource, old: Obj | None, new: Any, sub: str) -> None:
+    """Record managedFields for a write that names a fieldManager or edits managed objects."""
+    manager = request.query.get("fieldManager")
+    managed = old is not None and old["metadata"].get("managedFields")
+    if not (manager or managed) or not isinstance(new, dict):
+        return
+    if not manager:
+        manager = request.headers.get("User-Agent", "unknown").split("/", 1)[0]
+    _apply.record_update(res, old, new, manager, sub)
+
+
+def _options_invalid(kind: str, field: str, error: str, detail: str) -> ApiError:
+    reason = {"Required": "FieldValueRequired", "Forbidden": "FieldValueForbidden"}[error]
+    message = f"{error} value: {detail}" if error == "Required" else f"{error}: {detail}"
+    return _errors.invalid(
+        kind, "", [{"reason": reason, "message": message, "field": field}], "meta.k8s.io"
+    )
 
 
 def _field_warnings(request: web.Request, res: Resource, body: Any) -> list[str]:

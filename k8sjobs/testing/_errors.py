@@ -74,7 +74,7 @@ def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "")
     summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
     if len(causes) > 1:
         summary = f"[{summary}]"
-    details: dict[str, Any] = {"name": name}
+    details: dict[str, Any] = {"name": name} if name else {}  # Go omits an empty name
     if group:
         details["group"] = group
     details["kind"] = kind

@@ -25,6 +25,9 @@ _MERGE_KEYS = {
     "imagePullSecrets": "name",
 }
 _SET_LISTS = {"finalizers"}
+# Server-side apply merges lists the same way (see _apply).
+MERGE_KEYS = _MERGE_KEYS
+SET_LISTS = _SET_LISTS
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

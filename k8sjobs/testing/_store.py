@@ -446,7 +446,7 @@ class Store:
         if res.has_generation:
             meta["generation"] = 1
         meta["creationTimestamp"] = now_rfc3339()
-        for key in ("labels", "annotations", "ownerReferences", "finalizers"):
+        for key in ("labels", "annotations", "ownerReferences", "finalizers", "managedFields"):
             if given.get(key):
                 meta[key] = given[key]
         obj = {
@@ -463,6 +463,8 @@ class Store:
             merged = dict(old)
             merged["metadata"] = dict(old_meta)
             merged["status"] = new.get("status", {})
+            if "managedFields" in new.get("metadata", {}):  # a status write's own field owners
+                merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
             return merged
         meta = new.setdefault("metadata", {})
         for key in (

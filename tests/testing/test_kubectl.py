@@ -126,3 +126,44 @@ async def test_kubectl_get_prints_the_servers_tables(kubectl: Kubectl) -> None:
     ]
     namespaces = (await kubectl("get", "namespaces")).splitlines()
     assert namespaces[1].split()[:2] == ["default", "Active"]
+
+
+async def test_kubectl_apply_server_side_owns_fields_and_reports_conflicts(
+    kubectl: Kubectl,
+) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg"},
+        "data": {"a": "1"},
+    }
+    first = kubectl.manifest("first.yaml", config)
+    assert "serverside-applied" in await kubectl("apply", "--server-side", "-f", first)
+    assert "serverside-applied" in await kubectl("apply", "--server-side", "-f", first)
+    changed = kubectl.manifest("changed.yaml", {**config, "data": {"a": "2"}})
+    code, _, err = await kubectl.run(
+        "apply", "--server-side", "--field-manager=other", "-f", changed, check=False
+    )
+    assert code == 1
+    assert 'Apply failed with 1 conflict: conflict with "kubectl": .data.a' in err
+    await kubectl(
+        "apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", changed
+    )
+    stored = kubectl.cluster.get("configmaps", "cfg")
+    assert stored is not None and stored["data"] == {"a": "2"}
+    assert [e["manager"] for e in stored["metadata"]["managedFields"]] == ["other"]
+
+
+async def test_kubectl_delete_namespace_removes_what_it_held(kubectl: Kubectl) -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "scratch"}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "scratch"},
+        "data": {"a": "1"},
+    }
+    await kubectl("create", "-f", kubectl.manifest("ns.yaml", namespace))
+    await kubectl("create", "-f", kubectl.manifest("cm.yaml", config))
+    assert 'namespace "scratch" deleted' in await kubectl("delete", "ns", "scratch")
+    await wait_until(lambda: kubectl.cluster.get("namespaces", "scratch") is None)
+    assert kubectl.cluster.objects("configmaps", "scratch") == []
