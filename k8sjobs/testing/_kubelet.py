@@ -534,6 +534,11 @@ class Kubelet:
         if pod["status"].get("phase") == "Running":
             self._terminate(ns, name, PodPlan(exit_code=143))
             return
+        if pod["status"].get("phase") not in _TERMINAL:
+            # Never started: the kubelet (the pod GC when unscheduled) marks it Failed, so
+            # that a Job under podReplacementPolicy Failed replaces it.
+            self._write_status(pod, {**pod["status"], "phase": "Failed"})
+            return
         self._release(pod)
         if pod["metadata"].get("deletionGracePeriodSeconds", 0) > 0:
             self._later(0.0, self._finish_delete, ns, name)

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes_asyncio import client
 
-from k8sjobs.testing import FakeCluster, KubeletConfig, PodPlan
+from k8sjobs.testing import FakeCluster, KubeletConfig, NodeConfig, PodPlan
 from k8sjobs.testing._job_policies import format_indexes, match_success_policy, parse_indexes
 from tests.testing.conftest import FAST, api_client, wait_until
 from tests.testing.test_controller_and_kubelet import conditions, finished, job_body
@@ -243,6 +243,30 @@ async def test_evicted_pod_keeps_its_disruption_condition(cluster: FakeCluster) 
     assert [(c["status"], c["reason"], c["message"]) for c in disruption] == [
         ("True", "EvictionByEvictionAPI", "Eviction API: evicting")
     ]
+
+
+async def test_evicting_a_pod_that_never_started_fails_it_and_it_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """An unschedulable pod evicted under podReplacementPolicy Failed (a podFailurePolicy)
+    ends Failed, as the pod GC marks it, so the Job replaces it instead of waiting forever."""
+    node = NodeConfig(cpu="1", memory="1Gi")
+    async with FakeCluster(directory=tmp_path, controller=FAST, node=node) as fake:
+        ignore = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+        body = job_body(
+            "pend",
+            backoffLimit=0,
+            resources={"requests": {"cpu": "2"}},
+            podFailurePolicy={"rules": [ignore]},
+        )
+        fake.store.create("jobs", "default", body)
+        await wait_until(lambda: len(fake.objects("pods")) == 1)
+        first = fake.objects("pods")[0]["metadata"]["name"]
+        fake.evict(first)
+        await wait_until(lambda: fake.get("pods", first) is None)
+        await wait_until(lambda: len(fake.objects("pods")) == 1)
+        assert fake.objects("pods")[0]["metadata"]["name"] != first
+        assert "failed" not in status(fake, "pend") and not finished(fake, "pend")
 
 
 async def test_execute_mode_eviction_is_ignored_and_the_pod_replaced(tmp_path: Path) -> None:
