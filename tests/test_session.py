@@ -86,7 +86,9 @@ async def test_gather_returns_every_result_and_check_raises(tmp_path: Path) -> N
             await s.gather(check=True, timeout=60)
 
 
-async def test_submit_many_orders_producers_before_consumers(tmp_path: Path) -> None:
+async def test_submit_many_orders_producers_before_consumers(
+    handoff_path: str, tmp_path: Path
+) -> None:
     make = Step(name="make", script="echo hi > out.txt", outputs={"out": "out.txt"})
     use = Step(
         name="use",

@@ -16,24 +16,33 @@ optionally DOCKER_CONFIG for registry credentials and K8SJOBS_PULL_MAX_BYTES /
 K8SJOBS_PULL_MAX_RATIO to raise the pull's limits (copied from the step's env). In a
 multi-node step every index pulls the inputs, and only index 0 (JOB_COMPLETION_INDEX) pushes
 the outputs.
+
+``run_command`` is the whole of one container's run (config, environment, output streams and
+the store passed in), so the local runners can run the very same code in-process
+(k8sjobs.local._handoff). The registry code is imported only when a store is opened: a
+container's ``--help`` or a bad config costs no aiohttp import.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import RegistryError
 from ._limits import PullLimits
-from ._store import open_store
+
+if TYPE_CHECKING:
+    from ._store import ArtifactStore
+
 
 EXIT_MARKER = "exitcode"
 OUTPUTS_FILE = "outputs.json"
@@ -62,6 +71,11 @@ class HandoffConfig:
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, Output] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+if TYPE_CHECKING:
+    #: Opens the store a config names, for the length of one pull or push.
+    StoreOpener = Callable[[HandoffConfig], contextlib.AbstractAsyncContextManager[ArtifactStore]]
 
 
 def _safe_name(kind: str, name: str) -> str:
@@ -107,31 +121,48 @@ def load_config(path: str | Path) -> HandoffConfig:
         raise HandoffError(f"Handoff config {path} is not valid JSON: {exc}.") from None
 
 
-def _env_dir(name: str) -> Path:
-    value = os.environ.get(name)
+@contextlib.asynccontextmanager
+async def own_store(config: HandoffConfig) -> AsyncIterator[ArtifactStore]:
+    """Open the config's store for one pull or push, and close it after (a container's way)."""
+    from ._store import open_store  # the registry stack: only when there is work
+
+    async with open_store(
+        config.store, plain_http=config.plain_http, ca_file=config.ca_file
+    ) as store:
+        yield store
+
+
+def _env_dir(env: Mapping[str, str], name: str) -> Path:
+    value = env.get(name)
     if not value:
         raise HandoffError(f"Environment variable {name} is not set; the pod template sets it.")
     return Path(value)
 
 
-async def pull_inputs(config: HandoffConfig, inputs_dir: Path) -> dict[str, str]:
+async def pull_inputs(
+    config: HandoffConfig,
+    inputs_dir: Path,
+    env: Mapping[str, str] = os.environ,
+    stores: StoreOpener = own_store,
+) -> dict[str, str]:
     """Pull every input into ``inputs_dir/<name>/``, within the limits that
-    K8SJOBS_PULL_MAX_BYTES / K8SJOBS_PULL_MAX_RATIO set; return name -> manifest digest."""
+    K8SJOBS_PULL_MAX_BYTES / K8SJOBS_PULL_MAX_RATIO in ``env`` set; return name -> digest."""
     try:
-        limits = PullLimits.from_env()
+        limits = PullLimits.from_env(env)
     except ValueError as exc:
         raise HandoffError(str(exc)) from None
     digests: dict[str, str] = {}
-    async with open_store(
-        config.store, plain_http=config.plain_http, ca_file=config.ca_file
-    ) as store:
+    if not config.inputs:
+        return digests
+    async with stores(config) as store:
         for name, reference in config.inputs.items():
             result = await store.pull(reference, inputs_dir / name, limits=limits)
             digests[name] = result.digest
     return digests
 
 
-def _read_exit_code(marker: Path) -> int | None:
+def read_exit_code(marker: Path) -> int | None:
+    """Return the exit code in a marker file, or None while it is absent or half written."""
     try:
         text = marker.read_text().strip()
     except FileNotFoundError:
@@ -147,7 +178,7 @@ async def wait_for_exit_code(status_dir: Path, timeout: float | None) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     marker = status_dir / EXIT_MARKER
     while True:
-        code = await asyncio.to_thread(_read_exit_code, marker)
+        code = await asyncio.to_thread(read_exit_code, marker)
         if code is not None:
             return code
         if deadline is not None and time.monotonic() > deadline:
@@ -166,16 +197,18 @@ def _output_path(workdir: Path, name: str, output: Output) -> Path:
     return path
 
 
-async def push_outputs(config: HandoffConfig, workdir: Path) -> dict[str, dict[str, str]]:
+async def push_outputs(
+    config: HandoffConfig, workdir: Path, stores: StoreOpener = own_store
+) -> dict[str, dict[str, str]]:
     """Push every declared output; return name -> {"reference", "digest"}."""
     paths = {
         name: await asyncio.to_thread(_output_path, workdir, name, out)
         for name, out in config.outputs.items()
     }
     results: dict[str, dict[str, str]] = {}
-    async with open_store(
-        config.store, plain_http=config.plain_http, ca_file=config.ca_file
-    ) as store:
+    if not config.outputs:
+        return results
+    async with stores(config) as store:
         for name, output in config.outputs.items():
             pushed = await store.push(
                 output.reference, [paths[name]], annotations=dict(config.annotations)
@@ -190,28 +223,77 @@ def _write_json_atomically(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-async def run_push(config: HandoffConfig, timeout: float | None) -> int:
-    """Wait for the main container; push outputs on success; return the process exit code."""
-    status_dir = _env_dir("K8SJOBS_STATUS_DIR")
-    code = await wait_for_exit_code(status_dir, timeout)
+async def run_push(
+    config: HandoffConfig,
+    timeout: float | None,
+    env: Mapping[str, str] = os.environ,
+    *,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    stores: StoreOpener = own_store,
+    exit_code: Callable[[], Awaitable[int | None]] | None = None,
+) -> int:
+    """Wait for the main container; push outputs on success; return the process exit code.
+
+    ``exit_code`` replaces the wait for the marker where the caller knows when the main
+    container ended (the local runners); it returns None when the step left no marker.
+    """
+    status_dir = _env_dir(env, "K8SJOBS_STATUS_DIR")
+    code = await (exit_code() if exit_code is not None else wait_for_exit_code(status_dir, timeout))
+    if code is None:
+        print("k8sjobs handoff: the step wrote no exit code; no outputs pushed.", file=err)
+        return 0
     if code != 0:
-        print(f"k8sjobs handoff: the step exited with {code}; no outputs pushed.", file=sys.stderr)
+        print(f"k8sjobs handoff: the step exited with {code}; no outputs pushed.", file=err)
         return 0
-    index = os.environ.get("JOB_COMPLETION_INDEX", "0")
+    index = env.get("JOB_COMPLETION_INDEX", "0")
     if index != "0":  # a multi-node step: its outputs are index 0's, pushed once
-        print(f"k8sjobs handoff: index {index}; index 0 pushes the outputs.", file=sys.stderr)
+        print(f"k8sjobs handoff: index {index}; index 0 pushes the outputs.", file=err)
         return 0
-    results = await push_outputs(config, _env_dir("K8SJOBS_WORKDIR"))
+    results = await push_outputs(config, _env_dir(env, "K8SJOBS_WORKDIR"), stores)
     await asyncio.to_thread(_write_json_atomically, status_dir / OUTPUTS_FILE, results)
-    print(json.dumps(results, sort_keys=True), flush=True)
+    print(json.dumps(results, sort_keys=True), file=out, flush=True)
     return 0
 
 
-async def run_pull(config: HandoffConfig) -> int:
+async def run_pull(
+    config: HandoffConfig,
+    env: Mapping[str, str] = os.environ,
+    *,
+    out: TextIO = sys.stdout,
+    stores: StoreOpener = own_store,
+) -> int:
     """Pull every input; return the process exit code."""
-    digests = await pull_inputs(config, _env_dir("K8SJOBS_INPUTS"))
-    print(json.dumps(digests, sort_keys=True), flush=True)
+    digests = await pull_inputs(config, _env_dir(env, "K8SJOBS_INPUTS"), env, stores)
+    print(json.dumps(digests, sort_keys=True), file=out, flush=True)
     return 0
+
+
+async def run_command(
+    command: str,
+    config_path: str | Path,
+    env: Mapping[str, str],
+    *,
+    timeout: float | None = None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    stores: StoreOpener = own_store,
+    exit_code: Callable[[], Awaitable[int | None]] | None = None,
+) -> int:
+    """Run ``pull`` or ``push`` as the container would; return its exit code.
+
+    An error is one line on ``err`` and exit code 1, as the container reports it.
+    """
+    try:
+        config = await asyncio.to_thread(load_config, config_path)
+        if command == "pull":
+            return await run_pull(config, env, out=out, stores=stores)
+        return await run_push(
+            config, timeout, env, out=out, err=err, stores=stores, exit_code=exit_code
+        )
+    except RegistryError as exc:
+        print(f"k8sjobs handoff {command}: {exc}", file=err, flush=True)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,13 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the handoff command line; return its exit code (errors: one line on stderr)."""
     args = build_parser().parse_args(argv)
+    timeout = getattr(args, "timeout", None)
     try:
-        config = load_config(args.config)
-        if args.command == "pull":
-            return asyncio.run(run_pull(config))
-        return asyncio.run(run_push(config, args.timeout))
-    except RegistryError as exc:
-        print(f"k8sjobs handoff {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return asyncio.run(run_command(args.command, args.config, os.environ, timeout=timeout))
     except KeyboardInterrupt:
         return 130

@@ -53,11 +53,12 @@ class PodStatus:
             state = {"reason": "CreateContainerConfigError", "message": message}
             self.containers[name]["state"] = {"waiting": state}
 
-    def running(self, name: str, pid: int, started_at: str) -> None:
+    def running(self, name: str, pid: int | None, started_at: str) -> None:
+        """Record a container running: a process, or (pid None) an in-process handoff."""
         status = self.containers[name]
         status.update(
             state={"running": {"startedAt": started_at}},
-            containerID=f"local://{pid}",
+            containerID=f"local://{pid if pid is not None else 'in-process'}",
             started=True,
             ready=name not in self._init_names,  # no readiness probes: running is ready
         )

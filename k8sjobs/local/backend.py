@@ -44,6 +44,7 @@ from ..render import (
 )
 from ..state import StepResult, StepState
 from ..status import judge
+from ._handoff import InProcessHandoff, handoff_mode
 from .podrunner import PodRunner
 from .slots import SlotScheduler
 
@@ -62,7 +63,9 @@ class LocalBackend:
 
     ``cpu``, ``memory`` (bytes) and ``gpus`` bound what runs at once (default: this
     machine's cores and memory, no GPUs). ``kill_grace`` is the seconds between SIGTERM
-    and SIGKILL when a step is cancelled or runs over its walltime.
+    and SIGKILL when a step is cancelled or runs over its walltime. ``handoff`` is
+    "in-process" (the default, or $K8SJOBS_HANDOFF) or "subprocess": how the pods' artifact
+    handoff containers run (see ``k8sjobs.local._handoff``).
     """
 
     kind = "local"
@@ -77,11 +80,13 @@ class LocalBackend:
         gpus: int = 0,
         kill_grace: float = 5.0,
         pending_grace: float = 60.0,
+        handoff: str | None = None,
     ) -> None:
         root = Path(state_dir).absolute()
         self.namespace = "default"
         self.default_store = store or f"oci:{root / 'artifacts'}"
-        self.runner = PodRunner(root / "pods", kill_grace=kill_grace)
+        self.handoff = InProcessHandoff() if handoff_mode(handoff) == "in-process" else None
+        self.runner = PodRunner(root / "pods", kill_grace=kill_grace, handoff=self.handoff)
         self.slots = SlotScheduler(cpu=cpu, memory=memory, gpus=gpus)
         self._records = root / "steps"
         self.pending_grace = pending_grace
@@ -98,6 +103,8 @@ class LocalBackend:
         # A handle ends before its final record is written: wait for those writes, or a
         # driver that exits right after wait() leaves records that still say RUNNING.
         await asyncio.gather(*(run.settle() for run in self._runs.values()))
+        if self.handoff is not None:
+            await self.handoff.aclose()
 
     async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
         """Start the step's Job, or adopt the run or success recorded for the same spec."""
@@ -550,8 +557,9 @@ def _running_pids(record: Mapping[str, Any]) -> list[int]:
         for container in status.get("containerStatuses", []) + status.get(
             "initContainerStatuses", []
         ):
-            if "running" in container.get("state", {}):
-                pids.append(int(str(container.get("containerID", "")).rsplit("/", 1)[-1]))
+            pid = str(container.get("containerID", "")).rsplit("/", 1)[-1]
+            if "running" in container.get("state", {}) and pid.isdigit():  # not in-process
+                pids.append(int(pid))
     return pids
 
 

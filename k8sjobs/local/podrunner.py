@@ -12,7 +12,8 @@ A pod becomes a sandbox ``root/<namespace>/<pod name>/`` holding ``volumes/<volu
 - ``_volumes``: the volumes in the sandbox, and the path translation rule;
 - ``_env``: the container's environment and ``$(VAR)`` expansion;
 - ``_process``: starting the program, its memory limit, killing what it leaves;
-- ``_podstatus``: the PodStatus a kubelet would write.
+- ``_podstatus``: the PodStatus a kubelet would write;
+- ``_handoff``: k8sjobs' own handoff containers, run in-process when the runner is given one.
 
 A missing ConfigMap, Secret or key leaves the container waiting with reason
 ``CreateContainerConfigError`` and the pod Pending; where a kubelet would retry forever, ``run``
@@ -25,7 +26,8 @@ a fresh PodStatus dict each time it changes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ import anyio
 
 from ..quantity import parse_bytes
 from ._env import base_env, declared_env, expand
+from ._handoff import HandoffCall, InProcessHandoff, recognise
 from ._podstatus import PodStatus, StatusSink, now
 from ._process import (
     EPOCH,
@@ -54,9 +57,12 @@ __all__ = ["ConfigMapSource", "PodRunner", "SecretSource", "StatusSink"]
 class PodRunner:
     """Runs Kubernetes Pod objects as local processes in per-pod sandboxes under ``root``."""
 
-    def __init__(self, root: Path, *, kill_grace: float = 5.0) -> None:
+    def __init__(
+        self, root: Path, *, kill_grace: float = 5.0, handoff: InProcessHandoff | None = None
+    ) -> None:
         self.root = Path(root)
         self.kill_grace = kill_grace
+        self.handoff = handoff  # None: the handoff containers run as processes too
         # log_path is asked by pod name alone; pod names are unique in practice across
         # namespaces here (the job controller adds a random suffix), so remember each pod's.
         self._namespaces: dict[str, str] = {}
@@ -96,6 +102,7 @@ class PodRunner:
             extra_env=dict(extra_env or {}),
             kill_grace=self.kill_grace,
             memory=self._memory,
+            handoff=self.handoff,
         )
         return await pod_run.run()
 
@@ -111,6 +118,7 @@ class _PodRun:
     extra_env: dict[str, str]
     kill_grace: float
     memory: MemoryMonitor
+    handoff: InProcessHandoff | None = None
     volumes: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -160,7 +168,10 @@ class _PodRun:
         except ConfigError as error:
             self.status.config_error([container["name"]], str(error))
             return None
-        return await self._run_container(container, launch)
+        call = self._handoff_call(launch)
+        if call is not None:
+            return await self._run_handoff(launch, call)
+        return await self._run_container(launch)
 
     async def _run_containers(self, containers: list[Mapping[str, Any]]) -> dict[str, Any]:
         """Run the containers at once (none if any one's config is missing); returns the status."""
@@ -175,11 +186,19 @@ class _PodRun:
             for name, message in errors.items():
                 self.status.config_error([name], message)
             return self.status.report()
+        calls = {name: self._handoff_call(launch) for name, launch in launches.items()}
         async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(self._run_container(c, launches[c["name"]])) for c in containers
-            ]
-        self.status.finish(succeeded=all(task.result() == 0 for task in tasks))
+            tasks = {
+                name: group.create_task(self._run_container(launch))
+                for name, launch in launches.items()
+                if calls[name] is None
+            }
+            main = set(tasks.values())
+            for name, call in calls.items():
+                if call is not None:  # an in-process push starts when the others have ended
+                    after = functools.partial(asyncio.wait, main) if main else None
+                    tasks[name] = group.create_task(self._run_handoff(launches[name], call, after))
+        self.status.finish(succeeded=all(task.result() == 0 for task in tasks.values()))
         return self.status.report()
 
     def _prepare(self, container: Mapping[str, Any]) -> Launch:
@@ -208,7 +227,35 @@ class _PodRun:
             memory_limit=parse_bytes(limit) if limit is not None else None,
         )
 
-    async def _run_container(self, container: Mapping[str, Any], launch: Launch) -> int:
+    def _handoff_call(self, launch: Launch) -> HandoffCall | None:
+        """Return the in-process handoff a container is, or None to run it as a process."""
+        if self.handoff is None:
+            return None
+        return recognise(launch.name, launch.argv, launch.env)
+
+    async def _run_handoff(
+        self,
+        launch: Launch,
+        call: HandoffCall,
+        main_ended: Callable[[], Awaitable[object]] | None = None,
+    ) -> int:
+        """Run a handoff container in-process (``_handoff``) and record it; returns its exit
+        code (143 when cancelled, as SIGTERM ends the process)."""
+        assert self.handoff is not None
+        started = now()
+        self.status.running(launch.name, None, started)
+        self.status.report()
+        exit_code = 143
+        try:
+            log = self.sandbox / "logs" / f"{launch.name}.log"
+            exit_code = await self.handoff.run(call, launch.env, log, main_ended)
+        finally:
+            reason = "Completed" if exit_code == 0 else "Error"
+            self.status.terminated(launch.name, exit_code, reason, None, started)
+            self.status.report()
+        return exit_code
+
+    async def _run_container(self, launch: Launch) -> int:
         """Run one container to its end and record it; returns its exit code."""
         name = launch.name
         try:

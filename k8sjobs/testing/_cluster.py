@@ -43,6 +43,8 @@ class FakeCluster:
     tls, token: serve HTTPS with a generated test CA, require a bearer token.
     bookmark_interval: seconds between the BOOKMARK events a watch asking for them
       (allowWatchBookmarks) gets while idle; a real server sends one about every 60 s.
+    handoff: "in-process" (the default) or "subprocess": how execute mode runs the pods'
+      artifact handoff containers (k8sjobs.local._handoff).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class FakeCluster:
         bookmark_interval: float = 5.0,
         namespaces: tuple[str, ...] = ("default",),
         port: int = 0,
+        handoff: str | None = None,
     ) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if directory is None:
@@ -78,6 +81,8 @@ class FakeCluster:
             config.node = node
         if rule is not None:
             config.rule = rule
+        if handoff is not None:
+            config.handoff = handoff
         if config.root is None:
             config.root = self.directory / "pods"
         self.controller = JobController(self.store, controller)

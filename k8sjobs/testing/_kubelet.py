@@ -78,6 +78,8 @@ class KubeletConfig:
     image_pull_backoff: float = 0.5
     root: Path | None = None
     kill_grace: float = 2.0
+    #: execute mode: "in-process" (default, or $K8SJOBS_HANDOFF) or "subprocess" handoff.
+    handoff: str | None = None
 
 
 class Kubelet:
@@ -103,6 +105,7 @@ class Kubelet:
         self._in_use: dict[str, float] = collections.defaultdict(float)  # their sum
         self._deferred: list[Event] = []
         self._runner: Any = None
+        self._handoff: Any = None  # execute mode's InProcessHandoff, if any
         self._image_failure = (
             re.compile(self.config.image_pull_failure) if self.config.image_pull_failure else None
         )
@@ -114,10 +117,13 @@ class Kubelet:
         """Register the node and pick up pods that already exist."""
         self._loop = asyncio.get_running_loop()
         if self.config.mode == "execute":
+            from k8sjobs.local._handoff import InProcessHandoff, handoff_mode
             from k8sjobs.local.podrunner import PodRunner
 
             root = self.config.root or Path.cwd() / ".fake-cluster"
-            self._runner = PodRunner(root, kill_grace=self.config.kill_grace)
+            in_process = handoff_mode(self.config.handoff) == "in-process"
+            self._handoff = InProcessHandoff() if in_process else None
+            self._runner = PodRunner(root, kill_grace=self.config.kill_grace, handoff=self._handoff)
         self._register_node()
         for pod in self.store.iter("pods"):
             self._consider(pod)
@@ -133,6 +139,8 @@ class Kubelet:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        if self._handoff is not None:
+            await self._handoff.aclose()
 
     def pause(self, paused: bool) -> None:
         """Freeze (True) or unfreeze (False) every pod transition."""

@@ -23,7 +23,7 @@ print("read", hashlib.sha256(open(path, "rb").read()).hexdigest())
 
 
 async def test_step_b_reads_exactly_the_bytes_step_a_wrote(
-    fake_cluster_execute: FakeCluster, plain_registry: RegistryServer
+    handoff_path: str, fake_cluster_execute: FakeCluster, plain_registry: RegistryServer
 ) -> None:
     async with Session(
         study="handoff",
@@ -48,3 +48,8 @@ async def test_step_b_reads_exactly_the_bytes_step_a_wrote(
     assert "@sha256:" in pinned
     config = fake_cluster_execute.get("configmaps", b.object_name)
     assert pinned in config["data"]["handoff.json"]
+    # The path under test is the one that ran: in-process handoffs have no process id.
+    pods = fake_cluster_execute.objects("pods")
+    (pod,) = [p for p in pods if p["metadata"]["name"].startswith(b.object_name)]
+    (pull,) = pod["status"]["initContainerStatuses"]
+    assert (pull["containerID"] == "local://in-process") == (handoff_path == "in-process")

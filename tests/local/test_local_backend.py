@@ -285,7 +285,9 @@ async def test_attach_after_the_driver_died_reports_lost(tmp_path: Path) -> None
 # --- mixed backends -----------------------------------------------------------------------
 
 
-async def test_a_local_step_hands_its_output_to_a_cluster_step(tmp_path: Path) -> None:
+async def test_a_local_step_hands_its_output_to_a_cluster_step(
+    handoff_path: str, tmp_path: Path
+) -> None:
     from k8sjobs.testing import ControllerConfig, FakeCluster
 
     (tmp_path / "cluster").mkdir()
