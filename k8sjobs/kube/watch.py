@@ -263,7 +263,7 @@ class Informer:
 
     async def _watch(self) -> str:
         """Watch until the stream ends; return why: a relisting reason or "expired"."""
-        timeout = self._watch_timeout + random.randint(0, 30)
+        timeout = self._watch_timeout + random.randint(0, self._watch_timeout // 10)
         params = {
             "allowWatchBookmarks": "true",
             "resourceVersion": self.cache.resource_version,

@@ -7,6 +7,7 @@ the condition it needs, with a generous limit, and asserts on the reason counted
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -15,8 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubehelpers import count_terminal, session, step, wait_until
 
-from k8sjobs.kube import KubernetesBackend
-from k8sjobs.kube.watch import Cache
+from k8sjobs.kube import KubeClient, KubernetesBackend, load_config
+from k8sjobs.kube.client import CONFIGMAPS
+from k8sjobs.kube.watch import Cache, Change, Informer
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 
@@ -73,6 +75,28 @@ def test_watch_events_carry_their_type() -> None:
 def test_bad_watch_bounds_name_the_field(options: dict[str, float], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         KubernetesBackend(**options)  # type: ignore[arg-type]
+
+
+# ---- the normal end of a watch is not a reason to relist ---------------------------
+
+
+async def test_a_watch_ending_at_its_timeout_resumes_without_a_relist(
+    cluster: FakeCluster,
+) -> None:
+    client = KubeClient(await load_config(cluster.kubeconfig_path))
+    seen: list[Change] = []
+    informer = Informer(client, CONFIGMAPS, "default", "", seen.append, watch_timeout=2, idle=30)
+    task = asyncio.create_task(informer.run())
+    try:
+        await wait_until(lambda: informer.stats.reconnects["expired"] >= 3)
+        cluster.store.create("configmaps", "default", {"metadata": {"name": "late"}})
+        await wait_until(lambda: "late" in [c.name for c in seen])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.aclose()
+    assert informer.stats.relists == {"initial": 1}
+    assert set(informer.stats.reconnects) == {"expired"}
 
 
 # ---- the faults, end to end ---------------------------------------------------------
