@@ -24,7 +24,13 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import ArtifactNotFound, DigestMismatch, InvalidReference
+from ..errors import (
+    ArtifactNotFound,
+    DigestMismatch,
+    InvalidReference,
+    LimitExceeded,
+    RegistryError,
+)
 from . import _media, _transfer
 from ._digest import DigestCache
 from ._limits import Cancelled
@@ -34,6 +40,8 @@ from ._streams import BlobSink, SinkFactory
 from ._tarball import ArchiveInfo
 
 _COPY_CHUNK = 1024 * 1024
+# index.json lists every tag of the layout: generous, but not without end.
+MAX_INDEX_BYTES = 64 * 1024 * 1024
 
 
 class OCILayout(_transfer.StoreFront):
@@ -95,11 +103,29 @@ class OCILayout(_transfer.StoreFront):
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read_index(self) -> dict[str, Any]:
+        """Return index.json, checked: an object whose "manifests" is a list of objects, each
+        with a string "digest" (checked against the grammar where it is used)."""
+        path = self.root / "index.json"
         try:
-            index: dict[str, Any] = json.loads((self.root / "index.json").read_text())
+            with path.open("rb") as f:
+                if os.fstat(f.fileno()).st_size > MAX_INDEX_BYTES:
+                    raise LimitExceeded(
+                        f"{path} is larger than {MAX_INDEX_BYTES >> 20} MiB; is it an OCI layout?"
+                    )
+                index: Any = json.loads(f.read(MAX_INDEX_BYTES + 1))
         except FileNotFoundError:
-            index = {"schemaVersion": 2, "mediaType": _media.INDEX, "manifests": []}
-        return index
+            return {"schemaVersion": 2, "mediaType": _media.INDEX, "manifests": []}
+        except ValueError:
+            raise RegistryError(f"{path} is not JSON; is {self.root} an OCI layout?") from None
+        entries = index.get("manifests") if isinstance(index, dict) else None
+        if not isinstance(entries, list) or not all(
+            isinstance(e, dict)
+            and isinstance(e.get("digest"), str)
+            and isinstance(e.get("annotations") or {}, dict)
+            for e in entries
+        ):
+            raise RegistryError(f'{path} is malformed: "manifests" must list descriptors.')
+        return dict(index)
 
     def _store_file(self, source: Path, known: str | None, sent: _transfer.BytesCallback) -> str:
         self._ensure()
@@ -183,7 +209,7 @@ class OCILayout(_transfer.StoreFront):
             return ref.digest
         for entry in self._read_index().get("manifests", []):
             if (entry.get("annotations") or {}).get(_media.REF_NAME) == self._name(ref):
-                return str(entry["digest"])
+                return _media.check_digest(entry["digest"], f"{ref} in {self.root}/index.json")
         raise ArtifactNotFound(f"{ref} is not in the OCI layout {self.root}.")
 
     # -- BlobBackend --------------------------------------------------------------------

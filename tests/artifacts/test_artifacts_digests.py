@@ -3,8 +3,10 @@ digest or a name is used to build a path or a URL (property tests and hostile st
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,33 @@ async def test_layout_never_reads_a_hostile_digest(bad: str, tmp_path: Path) -> 
     with pytest.raises(InvalidReference, match="not a valid digest"):
         await layout.pull("r:v1", tmp_path / "out")
     assert not (tmp_path / "out" / "f").exists()
+
+
+index_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner),
+    max_leaves=12,
+)
+index_entries = st.fixed_dictionaries(
+    {},
+    optional={
+        "digest": st.one_of(valid_digests, st.text(max_size=70), index_values),
+        "annotations": st.one_of(
+            st.just({"org.opencontainers.image.ref.name": "r:v1"}), index_values
+        ),
+    },
+)
+
+
+@given(st.one_of(index_values, st.fixed_dictionaries({"manifests": st.lists(index_entries)})))
+@settings(max_examples=200, deadline=None)
+def test_fuzzed_layout_index_resolves_or_raises_registry_error(index: object) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "index.json").write_text(json.dumps(index))
+        layout = OCILayout(root)
+        try:
+            digest = asyncio.run(layout.resolve("r:v1"))
+        except RegistryError:
+            return
+        assert GRAMMAR.fullmatch(digest)
