@@ -5,8 +5,12 @@ The public API is what this module exports; everything else is private to the pa
 
 from __future__ import annotations
 
+import sys as _sys
+import types as _types
+import typing as _typing
+from importlib import import_module as _import_module
+
 from ._version import __version__ as __version__
-from .artifacts import open_store
 from .errors import (
     AlreadyExists,
     ApiError,
@@ -31,12 +35,67 @@ from .errors import (
     UnsafeArchive,
     UploadFailed,
 )
-from .handle import StepHandle
-from .render import Manifests, Target, render
-from .session import Session, default_session, submit_step
-from .spec import Resources, SecretKeyRef, Step, StepOutput, Toleration
-from .state import StepResult, StepState
-from .study import Study, StudyRun, load_study
+
+if _typing.TYPE_CHECKING:
+    from .artifacts import open_store
+    from .handle import StepHandle
+    from .render import Manifests, Target, render
+    from .session import Session, default_session, submit_step
+    from .spec import Resources, SecretKeyRef, Step, StepOutput, Toleration
+    from .state import StepResult, StepState
+    from .study import Study, StudyRun, load_study
+
+# Where each public name lives, imported on first use: ``python -m k8sjobs.handoff`` (every
+# pod's handoff containers) imports this package, and must not pay for pydantic and yaml.
+_HOMES = {
+    "Manifests": ".render",
+    "Resources": ".spec",
+    "SecretKeyRef": ".spec",
+    "Session": ".session",
+    "Step": ".spec",
+    "StepHandle": ".handle",
+    "StepOutput": ".spec",
+    "StepResult": ".state",
+    "StepState": ".state",
+    "Study": ".study",
+    "StudyRun": ".study",
+    "Target": ".render",
+    "Toleration": ".spec",
+    "default_session": ".session",
+    "load_study": ".study",
+    "open_store": ".artifacts",
+    "render": ".render",
+    "submit_step": ".session",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """Import a public name from its module on first use, and keep it here."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_import_module(_HOMES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names too, before their first use."""
+    return sorted({*globals(), *_HOMES})
+
+
+class _Package(_types.ModuleType):
+    """The package, keeping ``k8sjobs.render`` the function once ``k8sjobs.render`` the module
+    is imported (the import system sets a submodule as its parent's attribute; an eager
+    ``from .render import render`` used to override it)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _HOMES and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "AlreadyExists",

@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+import typing as _typing
+from importlib import import_module as _import_module
+
 from ..errors import (
     ArtifactNotFound,
     AuthenticationError,
@@ -19,17 +22,58 @@ from ..errors import (
     UnsafeArchive,
     UploadFailed,
 )
-from ._auth import Credentials
-from ._digest import DigestCache
-from ._http import RetryPolicy, Timeouts
-from ._layout import OCILayout
-from ._limits import PullLimits
-from ._media import DEFAULT_ARTIFACT_TYPE, Descriptor, Manifest
-from ._reference import Reference, parse_reference
-from ._registry import Registry
-from ._store import ArtifactStore, open_store
-from ._tarball import Compression
-from ._transfer import ProgressCallback, ProgressEvent, PullResult, PushResult
+
+if _typing.TYPE_CHECKING:
+    from ._auth import Credentials
+    from ._digest import DigestCache
+    from ._http import RetryPolicy, Timeouts
+    from ._layout import OCILayout
+    from ._limits import PullLimits
+    from ._media import DEFAULT_ARTIFACT_TYPE, Descriptor, Manifest
+    from ._reference import Reference, parse_reference
+    from ._registry import Registry
+    from ._store import ArtifactStore, open_store
+    from ._tarball import Compression
+    from ._transfer import ProgressCallback, ProgressEvent, PullResult, PushResult
+
+# Where each public name lives, imported on first use: the handoff entry point imports the
+# registry stack (aiohttp) only when it has something to pull or push.
+_HOMES = {
+    "ArtifactStore": "._store",
+    "Compression": "._tarball",
+    "Credentials": "._auth",
+    "DEFAULT_ARTIFACT_TYPE": "._media",
+    "Descriptor": "._media",
+    "DigestCache": "._digest",
+    "Manifest": "._media",
+    "OCILayout": "._layout",
+    "ProgressCallback": "._transfer",
+    "ProgressEvent": "._transfer",
+    "PullLimits": "._limits",
+    "PullResult": "._transfer",
+    "PushResult": "._transfer",
+    "Reference": "._reference",
+    "Registry": "._registry",
+    "RetryPolicy": "._http",
+    "Timeouts": "._http",
+    "open_store": "._store",
+    "parse_reference": "._reference",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """Import a public name from its module on first use, and keep it here."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_import_module(_HOMES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names too, before their first use."""
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "DEFAULT_ARTIFACT_TYPE",

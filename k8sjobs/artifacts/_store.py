@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import InvalidReference
 from . import _media
-from ._auth import Credentials
-from ._http import RetryPolicy, Timeouts
 from ._layout import OCILayout
 from ._limits import PullLimits
-from ._registry import Registry
 from ._tarball import Compression
 from ._transfer import ProgressCallback, PullResult, PushResult
+
+if TYPE_CHECKING:  # the registry stack (aiohttp) is imported when a registry is opened
+    from ._auth import Credentials
+    from ._http import RetryPolicy, Timeouts
 
 
 class ArtifactStore(Protocol):
@@ -90,6 +91,8 @@ def open_store(
             f'Store location "{location}" must be "oci:<dir>" or "host[:port][/prefix]" '
             "(no scheme: pass plain_http=True for an HTTP registry)."
         )
+    from ._registry import Registry
+
     return Registry(
         location,
         plain_http=plain_http,

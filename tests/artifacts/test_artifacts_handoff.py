@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -185,3 +186,28 @@ async def test_a_step_that_left_no_marker_pushes_nothing(
     code, _, err = await _run("in-process", ["push", "--config", str(config)], _env(pod))
     assert code == 0 and "wrote no exit code" in err
     assert not (pod["status"] / "outputs.json").exists()
+
+
+def _modules_after(code: str) -> set[str]:
+    """Return the heavy modules a fresh interpreter has imported after running ``code``."""
+    probe = f"{code}\nimport sys; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split()) & {"aiohttp", "pydantic", "yaml", "k8sjobs.spec"}
+
+
+def test_the_handoff_entry_point_imports_only_what_its_work_needs() -> None:
+    """A pod's handoff container starts fast: no pydantic, yaml or spec at all, and the
+    registry stack (aiohttp) only when a registry is opened."""
+    assert _modules_after("import k8sjobs.handoff, k8sjobs.artifacts.handoff") == set()
+    layout = "from k8sjobs.artifacts import open_store; open_store('oci:/nonexistent')"
+    assert _modules_after(layout) == set()
+    registry = "from k8sjobs.artifacts import open_store; open_store('127.0.0.1:1')"
+    assert _modules_after(registry) == {"aiohttp"}
+
+
+def test_the_package_keeps_render_the_function_once_the_module_is_imported() -> None:
+    code = "import k8sjobs.render, k8sjobs; assert callable(k8sjobs.render), k8sjobs.render"
+    assert "pydantic" in _modules_after(code)
