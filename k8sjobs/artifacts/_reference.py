@@ -36,14 +36,24 @@ class Reference:
         """Return what follows ``/manifests/`` in a registry URL: the digest, else the tag."""
         return self.digest or self.tag or DEFAULT_TAG
 
-    def with_digest(self, digest: str) -> Reference:
-        """Return the same repository pinned to ``digest``."""
-        return Reference(self.repository, None, digest, self.registry)
-
     def __str__(self) -> str:
         prefix = f"{self.registry}/" if self.registry else ""
         suffix = f"@{self.digest}" if self.digest else f":{self.tag}"
         return f"{prefix}{self.repository}{suffix}"
+
+
+def pin(reference: str, digest: str) -> str:
+    """Return ``reference`` pinned by ``digest``: ``repository@sha256:...``, tag or digest dropped.
+
+    ``"host:5000/a/b:v1"`` -> ``"host:5000/a/b@sha256:..."`` (a ':' before the last '/' is a
+    port, not a tag). The one place a pushed reference is pinned, for ``PushResult.pinned``
+    and for both backends reading the push container's report.
+    """
+    repository = reference.rsplit("@", 1)[0]
+    head, _, tail = repository.rpartition(":")
+    if head and "/" not in tail:
+        repository = head
+    return f"{repository}@{digest}"
 
 
 def looks_like_host(component: str) -> bool:

@@ -24,7 +24,7 @@ from . import _media, _staging, _tarball, _untar
 from ._digest import DigestCache
 from ._limits import Budget, PullLimits
 from ._media import Descriptor, Manifest
-from ._reference import Reference
+from ._reference import Reference, pin
 from ._streams import BlobSink, SinkFactory, VerifyingExtractor, VerifyingWriter
 
 
@@ -55,10 +55,7 @@ class PushResult:
     @property
     def pinned(self) -> str:
         """Return the reference pinned by digest (``repository@sha256:...``)."""
-        base = self.reference.rsplit("@", 1)[0]
-        head, _, tail = base.rpartition(":")
-        repo = head if head and "/" not in tail else base
-        return f"{repo}@{self.digest}"
+        return pin(self.reference, self.digest)
 
 
 @dataclass(frozen=True)

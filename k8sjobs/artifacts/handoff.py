@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import RegistryError
 from ._limits import PullLimits
+from ._reference import pin
 
 if TYPE_CHECKING:
     from ._store import ArtifactStore
@@ -215,6 +216,29 @@ async def push_outputs(
             )
             results[name] = {"reference": output.reference, "digest": pushed.digest}
     return results
+
+
+def read_push_report(text: str) -> dict[str, str]:
+    """Return ``{output: "repository@sha256:..."}`` from what the push container reported.
+
+    ``run_push`` writes ``{name: {"reference", "digest"}}`` to ``outputs.json`` and prints it
+    as its last line; this reads either (the Kubernetes backend has the container's log, the
+    local backend the file). The last line that is a JSON object is the report; an entry
+    without a reference and a digest is skipped; no report gives ``{}``.
+    """
+    for line in reversed(text.strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        return {
+            name: pin(str(item["reference"]), str(item["digest"]))
+            for name, item in data.items()
+            if isinstance(item, dict) and item.get("reference") and item.get("digest")
+        }
+    return {}
 
 
 def _write_json_atomically(path: Path, data: object) -> None:

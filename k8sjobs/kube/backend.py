@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, NotFound
 from ..handle import StepHandle
 from ..names import label_value
@@ -431,7 +432,7 @@ class KubernetesBackend:
             except ApiError as exc:
                 log.info('Step "%s": output digests unreadable (%s); using tags', handle.name, exc)
                 continue
-            digests = _parse_push_line(text)
+            digests = read_push_report(text)
             if digests:
                 return digests
         return {}
@@ -519,30 +520,6 @@ def _check_watch_bounds(idle: float, relist_interval: float | None) -> None:
 def _tag_outputs(job: dict[str, Any]) -> dict[str, str]:
     raw = (job["metadata"].get("annotations") or {}).get(ANNOTATION_OUTPUTS)
     return dict(json.loads(raw)) if raw else {}
-
-
-def _parse_push_line(text: str) -> dict[str, str]:
-    """Return {output: "repo@sha256:..."} from the push container's last JSON line."""
-    for line in reversed(text.strip().splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(data, dict):
-            continue
-        found = {}
-        for key, value in data.items():
-            if isinstance(value, dict) and value.get("reference") and value.get("digest"):
-                found[key] = f"{_repository(str(value['reference']))}@{value['digest']}"
-        return found
-    return {}
-
-
-def _repository(reference: str) -> str:
-    """Return ``reference`` without its tag or digest ("host:5000/a/b:tag" -> "host:5000/a/b")."""
-    reference = reference.split("@", 1)[0]
-    head, _, last = reference.rpartition("/")
-    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
 
 
 def _succeeded_first(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

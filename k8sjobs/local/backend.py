@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..artifacts.handoff import OUTPUTS_FILE, read_push_report
 from ..errors import SpecMismatch
 from ..handle import StepHandle
 from ..names import label_value
@@ -489,12 +490,10 @@ class _JobRun:
         """Return the outputs the push container reported, pinned by digest."""
         index0 = next((p for p in pods if "-0-" in p), pods[0])
         path = self.backend.runner.sandbox(self.manifests.namespace, index0)
-        report = path / "volumes" / "status" / "outputs.json"
         try:
-            pushed = json.loads(report.read_text())
-        except (OSError, ValueError):
+            return read_push_report((path / "volumes" / "status" / OUTPUTS_FILE).read_text())
+        except OSError:
             return {}
-        return {name: _pin(item["reference"], item["digest"]) for name, item in pushed.items()}
 
     def _publish(self, result: StepResult) -> None:
         changed = result.state is not self.handle.result.state
@@ -509,14 +508,6 @@ class _JobRun:
         # One write at a time, each of the latest record, so the file never goes back in time.
         async with self._save_lock:
             await _write_json(self.path, self.record())
-
-
-def _pin(reference: str, digest: str) -> str:
-    """Return ``repo:tag`` as ``repo@digest``."""
-    repository = reference.rsplit("@", 1)[0]
-    if ":" in repository.rsplit("/", 1)[-1]:
-        repository = repository.rsplit(":", 1)[0]
-    return f"{repository}@{digest}"
 
 
 def _now() -> str:

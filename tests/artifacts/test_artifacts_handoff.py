@@ -15,6 +15,7 @@ import pytest
 from artifact_helpers import make_tree, same_tree
 
 from k8sjobs.artifacts import Registry
+from k8sjobs.artifacts.handoff import read_push_report
 from k8sjobs.local._handoff import InProcessHandoff, recognise
 from k8sjobs.render import PULL_CONTAINER, PUSH_CONTAINER
 from k8sjobs.testing.registry import RegistryServer
@@ -124,7 +125,13 @@ async def test_pull_then_push_with_marker(
     written = json.loads((pod["status"] / "outputs.json").read_text())
     assert json.loads(out.strip().splitlines()[-1]) == written
     assert set(written) == {"model", "logs"}
+    # Both backends read the same report: the Kubernetes one from the log, the local one
+    # from the file.
+    pinned = read_push_report(out)
+    assert pinned == read_push_report((pod["status"] / "outputs.json").read_text())
+    assert pinned["model"] == f"study/b@{written['model']['digest']}"
     async with registry:
+        await registry.pull(pinned["model"], tmp_path / "pinned")
         assert await registry.resolve("study/b:model") == written["model"]["digest"]
         await registry.pull(written["logs"]["reference"], tmp_path / "check")
     assert (tmp_path / "check" / "logs" / "train.log").read_text() == "ok\n"
