@@ -21,7 +21,9 @@
         ├── UnsafeArchive         a directory archive would write outside its target
         ├── LimitExceeded         a manifest or a pull over its size limit
         ├── RegistryUnavailable   refused, timed out, or 5xx after the retries ran out
-        └── UploadFailed          the registry rejected an upload
+        │   └── TransientFailure  internal: one attempt failed; the operation around it retries
+        ├── UploadFailed          the registry rejected an upload
+        └── HandoffError          the in-pod handoff: bad config or environment, missing output
 
 Input errors are raised by the models as ``pydantic.ValidationError`` (a ``ValueError``),
 before anything is sent: that is where the field name lives. Messages are full sentences
@@ -44,6 +46,7 @@ __all__ = [
     "DigestMismatch",
     "Forbidden",
     "Gone",
+    "HandoffError",
     "Invalid",
     "InvalidReference",
     "K8sJobsError",
@@ -204,6 +207,19 @@ class RegistryUnavailable(RegistryError):
 
 class UploadFailed(RegistryError):
     """The registry rejected an upload (a status that retrying will not fix)."""
+
+
+class TransientFailure(RegistryUnavailable):
+    """Internal: a single-attempt request failed in a way that retrying the larger operation
+    around it (a whole blob upload, say) may fix. Callers see a RegistryUnavailable."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class HandoffError(RegistryError):
+    """The handoff config or environment is wrong, or a declared output is missing."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -5,7 +5,7 @@ A thin wrapper; the logic lives in k8sjobs.artifacts.handoff.
 
 from __future__ import annotations
 
-from k8sjobs.artifacts.handoff import main
+from .artifacts.handoff import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .spec import _check_dns_label
+from .spec import check_dns_label
 
 __all__ = ["DEFAULT_SERVICE_ACCOUNT", "RULES", "Rule", "add_rbac_command", "rbac_objects"]
 
@@ -83,8 +83,8 @@ RULES: tuple[Rule, ...] = (
 
 def rbac_objects(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT) -> list[Any]:
     """Return the ServiceAccount, Role and RoleBinding that let k8sjobs run in ``namespace``."""
-    _check_dns_label(namespace, "namespace")
-    _check_dns_label(service_account, "service account name")
+    check_dns_label(namespace, "namespace")
+    check_dns_label(service_account, "service account name")
     labels = {"app.kubernetes.io/managed-by": "k8sjobs"}
 
     def meta(name: str) -> dict[str, Any]:

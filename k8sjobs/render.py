@@ -27,6 +27,7 @@ from pydantic import SecretStr
 
 from ._version import __version__
 from .names import job_name, label_value
+from .podsecurity import check_restricted
 from .spec import (
     ANNOTATIONS_LIMIT,
     CONFIGMAP_LIMIT,
@@ -208,6 +209,8 @@ def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] =
     secret = _secret(step, meta)
     service = _service(meta) if step.resources.nodes > 1 else None
     job = _job(step, target, meta, bool(refs), bool(outputs))
+    if step.security == "restricted":
+        _check_restricted(step, job["spec"]["template"])
     spec_hash = _spec_hash(configmap, job, secret, service)
     for obj in (configmap, job, secret, service):
         if obj is not None:
@@ -536,6 +539,20 @@ def _job(
         job_meta["labels"]["kueue.x-k8s.io/queue-name"] = step.queue
         spec["suspend"] = True
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": spec}
+
+
+def _check_restricted(step: Step, template: Mapping[str, Any]) -> None:
+    """Raise ValueError, before anything is sent, if a restricted step's pod would be refused.
+
+    A namespace that enforces the "restricted" Pod Security level rejects such a pod at
+    creation, long after the step was written; the same rules checked here name the field.
+    """
+    problems = check_restricted(template["spec"], template["metadata"].get("annotations") or {})
+    if problems:
+        raise ValueError(
+            f'Step "{step.name}" asks for security="restricted", but its pod breaks the '
+            "restricted Pod Security level: " + "; ".join(problems)
+        )
 
 
 def _spec_hash(*objects: Mapping[str, Any] | None) -> str:

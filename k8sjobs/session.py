@@ -31,7 +31,7 @@ from .state import StepResult, StepState
 if TYPE_CHECKING:
     from .kube.watch import WatchStats
 
-__all__ = ["Session", "default_session", "submit_step"]
+__all__ = ["Session", "default_session", "dependency_failure", "submit_step"]
 
 BackendName = Literal["kubernetes", "local"]
 
@@ -340,16 +340,9 @@ class Session:
     async def _submit_after(
         self, handle: StepHandle, upstream: list[StepHandle], replace: bool
     ) -> None:
-        failed = [r for r in [await h.wait() for h in upstream] if not r.ok]
-        if failed:
-            names = ", ".join(f"{r.name} {r.state}" for r in failed)
-            handle.report(
-                handle.result.evolve(
-                    state=StepState.FAILED,
-                    reason="DependencyFailed",
-                    message=f"not run: upstream {names}",
-                )
-            )
+        failed = dependency_failure(handle.result, [await h.wait() for h in upstream])
+        if failed is not None:
+            handle.report(failed)
             return
         await self._send(handle, self._render(handle), replace)
 
@@ -369,6 +362,20 @@ class Session:
             raise SessionClosed("Cannot submit to a session that has been closed.")
         if not self._started:
             raise SessionClosed("Start the session first: use `async with Session(...) as s`.")
+
+
+def dependency_failure(result: StepResult, upstream: Iterable[StepResult]) -> StepResult | None:
+    """Return ``result`` ended FAILED ("DependencyFailed") if an upstream step did not succeed.
+
+    None when every upstream step succeeded. The message names the failed steps and states.
+    """
+    failed = [r for r in upstream if not r.ok]
+    if not failed:
+        return None
+    names = ", ".join(f"{r.name} {r.state}" for r in failed)
+    return result.evolve(
+        state=StepState.FAILED, reason="DependencyFailed", message=f"not run: upstream {names}"
+    )
 
 
 def _producers_first(steps: Sequence[Step]) -> list[Step]:

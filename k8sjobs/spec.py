@@ -46,6 +46,7 @@ __all__ = [
     "Step",
     "StepOutput",
     "Toleration",
+    "check_dns_label",
     "find_launcher_calls",
     "parse_duration",
     "parse_quantity",
@@ -149,7 +150,8 @@ def annotations_size(annotations: dict[str, str]) -> int:
     return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
 
 
-def _check_dns_label(value: str | None, what: str) -> str | None:
+def check_dns_label(value: str | None, what: str) -> str | None:
+    """Return ``value`` if None or an RFC 1123 label; else raise ValueError naming ``what``."""
     if value is not None and (len(value) > 63 or not _DNS_LABEL.match(value)):
         raise ValueError(
             f'"{value}" is not a valid {what}; use at most 63 lowercase letters, '
@@ -543,7 +545,7 @@ class Step(_Model):
     @field_validator("namespace")
     @classmethod
     def _namespace_is_label(cls, value: str | None) -> str | None:
-        return _check_dns_label(value, "namespace")
+        return check_dns_label(value, "namespace")
 
     @field_validator("service_account", "queue")
     @classmethod

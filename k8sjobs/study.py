@@ -45,7 +45,7 @@ from ._textfile import TextFileError, read_text_file
 from .errors import StudyError
 from .handle import StepHandle
 from .names import label_value
-from .session import Session
+from .session import Session, dependency_failure
 from .spec import SCRIPT_LIMIT, Step, StepOutput
 from .state import StepResult, StepState
 
@@ -532,6 +532,7 @@ class StudyRun:
         self._gate = asyncio.Semaphore(max_parallel) if max_parallel else None
         self._on_change = on_change
         self._done: dict[str, asyncio.Event] = {s.name: asyncio.Event() for s in study.steps}
+        self._handles: dict[str, StepHandle] = {}
         self.started = time.time()
 
     async def run(self) -> list[StepResult]:
@@ -549,39 +550,40 @@ class StudyRun:
 
     async def _run_step(self, step: Step) -> None:
         try:
-            for dep in self.study.depends[step.name]:
+            deps = self.study.depends[step.name]
+            for dep in deps:
                 await self._done[dep].wait()
-            failed = [d for d in self.study.depends[step.name] if not self._result(d).ok]
-            if failed:
-                why = ", ".join(f"{d} {self._result(d).state}" for d in failed)
-                self._set(
-                    step.name,
-                    state=StepState.FAILED,
-                    reason="DependencyFailed",
-                    message=f"not run: upstream {why}",
-                )
+            # The session fails a step whose upstream handles failed (after=); a dependency
+            # the API refused has no handle, so its record speaks for it.
+            refused = [self._result(d) for d in deps if d not in self._handles]
+            failed = dependency_failure(self._result(step.name), refused)
+            if failed is not None:
+                self._show(failed)
                 return
+            after = [self._handles[d] for d in deps]
             if self._gate is None:
-                await self._submit_and_wait(step)
+                await self._submit_and_wait(step, after)
             else:
                 async with self._gate:
-                    await self._submit_and_wait(step)
+                    await self._submit_and_wait(step, after)
         finally:
             self._done[step.name].set()
 
-    async def _submit_and_wait(self, step: Step) -> None:
+    async def _submit_and_wait(self, step: Step, after: list[StepHandle]) -> None:
         record = self.records[step.name]
         record.queued_at = datetime.now().astimezone()
         backend = self.study.backends.get(step.name)
         try:
             handle = await self.session.submit(
                 step,
+                after=after,
                 backend=backend,  # type: ignore[arg-type]
                 replace=self.replace,
             )
         except Exception as exc:
             self._set(step.name, state=StepState.FAILED, reason="SubmitFailed", message=str(exc))
             return
+        self._handles[step.name] = handle
         record.backend = handle.backend.kind
         handle.add_listener(self._forward)
         self._forward(handle)
@@ -610,8 +612,11 @@ class StudyRun:
         return self.records[name].result
 
     def _set(self, name: str, **changes: Any) -> None:
-        record = self.records[name]
-        record.observe(record.result.evolve(**changes))
+        self._show(self.records[name].result.evolve(**changes))
+
+    def _show(self, result: StepResult) -> None:
+        record = self.records[result.name]
+        record.observe(result)
         if self._on_change:
             self._on_change(record)
 
@@ -657,8 +662,3 @@ def summarize(results: Iterable[StepResult]) -> dict[str, int]:
     for result in results:
         counts[str(result.state)] = counts.get(str(result.state), 0) + 1
     return counts
-
-
-def failed_steps(results: Sequence[StepResult]) -> list[StepResult]:
-    """Return the results that are not SUCCEEDED."""
-    return [r for r in results if not r.ok]

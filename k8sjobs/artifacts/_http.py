@@ -28,6 +28,7 @@ from ..errors import (
     LimitExceeded,
     RegistryError,
     RegistryUnavailable,
+    TransientFailure,
     UploadFailed,
     basic_forms,
     scrub,
@@ -72,15 +73,6 @@ class _Retryable(Exception):
 
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
-        self.cause = cause
-
-
-class TransientFailure(RegistryUnavailable):
-    """Internal: a single-attempt request failed in a way that retrying the larger operation
-    around it (a whole blob upload, say) may fix. Callers see a RegistryUnavailable."""
-
-    def __init__(self, message: str, cause: str) -> None:
-        super().__init__(message)
         self.cause = cause
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import RegistryError
+from ..errors import HandoffError, RegistryError
 from ._limits import PullLimits
 from ._reference import pin
 
@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 EXIT_MARKER = "exitcode"
 OUTPUTS_FILE = "outputs.json"
 POLL_SECONDS = 0.2
-
-
-class HandoffError(RegistryError):
-    """The handoff config or environment is wrong, or a declared output is missing."""
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from k8sjobs.local.backend import LocalBackend
-from k8sjobs.local.podrunner import PodRunner
-from k8sjobs.local.slots import Capacity, Reservation, SlotScheduler
+from .backend import LocalBackend
+from .podrunner import PodRunner
+from .slots import Capacity, Reservation, SlotScheduler
 
 __all__ = ["Capacity", "LocalBackend", "PodRunner", "Reservation", "SlotScheduler"]

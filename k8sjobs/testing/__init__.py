@@ -16,12 +16,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from k8sjobs.testing._cluster import FakeCluster
-    from k8sjobs.testing._controller import ControllerConfig
-    from k8sjobs.testing._errors import ApiError
-    from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
-    from k8sjobs.testing._kubelet import KubeletConfig, NodeConfig, PodPlan, SimulateRule
-    from k8sjobs.testing._store import Event, Store
+    from ._cluster import FakeCluster
+    from ._controller import ControllerConfig
+    from ._errors import ApiError
+    from ._faults import Faults, RequestKey, RequestLog
+    from ._kubelet import KubeletConfig, NodeConfig, PodPlan, SimulateRule
+    from ._store import Event, Store
 
 # Where each public name lives. Imported on first use, so that the pytest plugin (loaded in
 # every pytest run of every project that installs k8sjobs) does not pay for aiohttp & co.

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from k8sjobs.testing._cluster import FakeCluster
-from k8sjobs.testing._kubelet import NodeConfig
+from ._cluster import FakeCluster
+from ._kubelet import NodeConfig
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import yaml
 from aiohttp import web
 
-from k8sjobs.testing import (
+from . import (
     _apply,
     _catalog,
     _errors,
@@ -30,15 +30,15 @@ from k8sjobs.testing import (
     _selectors,
     _table,
 )
-from k8sjobs.testing._crd import CRD_PLURAL, CrdController, check_unknown_fields
-from k8sjobs.testing._discovery import DISCOVERY
-from k8sjobs.testing._errors import ApiError
-from k8sjobs.testing._eviction import evict, eviction_grace
-from k8sjobs.testing._eviction import success_status as eviction_status
-from k8sjobs.testing._faults import Faults, RequestKey, RequestLog
-from k8sjobs.testing._namespaces import admit_delete
-from k8sjobs.testing._resources import Resource
-from k8sjobs.testing._store import Obj, Store, Watcher, copy_obj
+from ._crd import CRD_PLURAL, CrdController, check_unknown_fields
+from ._discovery import DISCOVERY
+from ._errors import ApiError
+from ._eviction import evict, eviction_grace
+from ._eviction import success_status as eviction_status
+from ._faults import Faults, RequestKey, RequestLog
+from ._namespaces import admit_delete
+from ._resources import Resource
+from ._store import Obj, Store, Watcher, copy_obj
 
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"

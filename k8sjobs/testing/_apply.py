@@ -26,9 +26,9 @@ import copy
 import json
 from typing import Any
 
-from k8sjobs.testing import _errors, _patch
-from k8sjobs.testing._resources import Resource
-from k8sjobs.testing._store import Obj, now_rfc3339
+from . import _errors, _patch
+from ._resources import Resource
+from ._store import Obj, now_rfc3339
 
 Element = tuple[str, str]  # ("f", field) | ("k", json of the item's keys) | ("v", json value)
 Path = tuple[Element, ...]

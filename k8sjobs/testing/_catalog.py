@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from k8sjobs.testing._discovery import DISCOVERY
-from k8sjobs.testing._resources import Resource
+from ._discovery import DISCOVERY
+from ._resources import Resource
 
 _CUSTOM_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 _ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

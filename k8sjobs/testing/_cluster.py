@@ -20,15 +20,15 @@ from typing import Any
 
 import yaml
 
-from k8sjobs.testing._apiserver import ApiServer
-from k8sjobs.testing._controller import ControllerConfig, JobController
-from k8sjobs.testing._eviction import evict
-from k8sjobs.testing._faults import Faults, RequestLog
-from k8sjobs.testing._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
-from k8sjobs.testing._namespaces import NamespaceController
-from k8sjobs.testing._resources import Validator
-from k8sjobs.testing._store import Obj, Store
-from k8sjobs.testing._tls import make_certificates
+from ._apiserver import ApiServer
+from ._controller import ControllerConfig, JobController
+from ._eviction import evict
+from ._faults import Faults, RequestLog
+from ._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
+from ._namespaces import NamespaceController
+from ._resources import Validator
+from ._store import Obj, Store
+from ._tls import make_certificates
 
 
 class FakeCluster:

@@ -22,10 +22,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from k8sjobs.testing import _job_policies as policies
-from k8sjobs.testing._errors import ApiError
-from k8sjobs.testing._job_policies import INDEX_KEY, format_indexes, parse_indexes, pod_index
-from k8sjobs.testing._store import Event, Obj, Store, copy_obj, now_rfc3339
+from . import _job_policies as policies
+from ._errors import ApiError
+from ._job_policies import INDEX_KEY, format_indexes, parse_indexes, pod_index
+from ._store import Event, Obj, Store, copy_obj, now_rfc3339
 
 log = logging.getLogger(__name__)
 

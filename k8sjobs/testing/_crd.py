@@ -19,9 +19,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from k8sjobs.testing import _errors, _openapi
-from k8sjobs.testing._resources import Resource, cause
-from k8sjobs.testing._store import Event, Obj, Store, now_rfc3339
+from . import _errors, _openapi
+from ._resources import Resource, cause
+from ._store import Event, Obj, Store, now_rfc3339
 
 CRD_PLURAL = "customresourcedefinitions"
 CRD_GROUP = "apiextensions.k8s.io"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from k8sjobs.testing import _errors
-from k8sjobs.testing._store import Obj, Store, copy_obj, now_rfc3339
+from . import _errors
+from ._store import Obj, Store, copy_obj, now_rfc3339
 
 DISRUPTION_TARGET = "DisruptionTarget"
 

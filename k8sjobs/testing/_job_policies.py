@@ -8,7 +8,7 @@ users read them from the Job's conditions.
 
 from __future__ import annotations
 
-from k8sjobs.testing._store import Obj
+from ._store import Obj
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"

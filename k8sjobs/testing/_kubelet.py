@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from k8sjobs.quantity import parse_quantity
-from k8sjobs.testing._controller import record_event
-from k8sjobs.testing._errors import ApiError
-from k8sjobs.testing._store import Event, Obj, Store, now_rfc3339
+from ..quantity import parse_quantity
+from ._controller import record_event
+from ._errors import ApiError
+from ._store import Event, Obj, Store, now_rfc3339
 
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
 _TERMINAL = ("Succeeded", "Failed")
@@ -117,8 +117,8 @@ class Kubelet:
         """Register the node and pick up pods that already exist."""
         self._loop = asyncio.get_running_loop()
         if self.config.mode == "execute":
-            from k8sjobs.local._handoff import InProcessHandoff, handoff_mode
-            from k8sjobs.local.podrunner import PodRunner
+            from ..local._handoff import InProcessHandoff, handoff_mode
+            from ..local.podrunner import PodRunner
 
             root = self.config.root or Path.cwd() / ".fake-cluster"
             in_process = handoff_mode(self.config.handoff) == "in-process"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from k8sjobs.testing import _errors
-from k8sjobs.testing._errors import ApiError
-from k8sjobs.testing._store import Event, Store
+from . import _errors
+from ._errors import ApiError
+from ._store import Event, Store
 
 IMMORTAL = ("default", "kube-system", "kube-public")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from k8sjobs.testing import _errors
+from . import _errors
 
 _MERGE_KEYS = {
     "ownerReferences": "uid",

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from k8sjobs.testing import _errors
-from k8sjobs.testing._errors import ApiError
+from . import _errors
+from ._errors import ApiError
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
 JSON = "application/json"

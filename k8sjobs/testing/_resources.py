@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from k8sjobs.testing import _errors
+from . import _errors
 
 SCHEMA_VERSION = "1.36.0"
 MAX_DATA_BYTES = 1024 * 1024

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from k8sjobs.testing import _errors
+from . import _errors
 
 Predicate = Callable[[dict[str, Any]], bool]
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from k8sjobs.testing import _errors
-from k8sjobs.testing._resources import RESOURCES, Resource, Validator, apply_defaults
+from . import _errors
+from ._resources import RESOURCES, Resource, Validator, apply_defaults
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from k8sjobs.testing._resources import Resource
+from ._resources import Resource
 
 Obj = dict[str, Any]
 Column = dict[str, Any]

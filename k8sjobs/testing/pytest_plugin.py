@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import pytest_asyncio
 
 if TYPE_CHECKING:
-    from k8sjobs.testing import FakeCluster
+    from . import FakeCluster
 
 
 def _fast_cluster(kubelet: str, directory: Path) -> FakeCluster:
-    from k8sjobs.testing import ControllerConfig, FakeCluster
+    from . import ControllerConfig, FakeCluster
 
     timings = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=2.0)
     return FakeCluster(kubelet, directory=directory, controller=timings)

@@ -84,6 +84,16 @@ def test_restricted_mode_passes_pod_security_restricted(kind: str) -> None:
     assert check_restricted(spec, annotations) == []
 
 
+def test_render_refuses_a_restricted_step_whose_pod_the_level_would_refuse() -> None:
+    # A user's pod annotation can undo what restricted mode sets; render says so before
+    # anything is sent, instead of the namespace's admission refusing the pod later.
+    key = "container.apparmor.security.beta.kubernetes.io/step"
+    step = Step(name="s", script="echo hi", security="restricted", annotations={key: "unconfined"})
+    with pytest.raises(ValueError, match=r'Step "s" asks for security="restricted".*AppArmor'):
+        render(step)
+    assert check_restricted(*_pod(render(step.model_copy(update={"security": "default"}))))
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_default_mode_passes_baseline(kind: str) -> None:
     step, target = KINDS[kind]
