@@ -111,6 +111,16 @@ class Session:
         stats = getattr(self._backends.get("kubernetes"), "watch_stats", None)
         return stats if isinstance(stats, WatchStats) else WatchStats()
 
+    @property
+    def backends(self) -> dict[str, Backend]:
+        """Return the backends this session has made or was given, by kind."""
+        return dict(self._backends)
+
+    @property
+    def closed(self) -> bool:
+        """Return whether the session has been closed (it takes no more steps)."""
+        return self._closed
+
     async def __aenter__(self) -> Session:
         await self.start()
         return self
@@ -411,7 +421,7 @@ async def default_session() -> Session:
     study from ``K8SJOBS_STUDY`` and its namespace from ``K8SJOBS_NAMESPACE``.
     """
     global _default
-    if _default is None or _default._closed:
+    if _default is None or _default.closed:
         kind = os.environ.get("K8SJOBS_BACKEND", "kubernetes")
         if kind not in ("kubernetes", "local"):
             raise ValueError(f'K8SJOBS_BACKEND="{kind}" is unknown; use "kubernetes" or "local"')

@@ -64,7 +64,7 @@ async def test_notebook_cells_run_in_order_and_display_tables(
     assert "hello: SUCCEEDED" in printed
     assert "\n45\n" in printed  # the sum of 0..9, computed from the handed-over file
     assert "broken: FAILED (the script exited with code 3" in printed
-    assert namespace["session"]._closed
+    assert namespace["session"].closed
 
 
 def test_mummi_driver_runs_on_the_local_backend(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import pytest
 import referencing
 import yaml

@@ -6,7 +6,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from fuzz_values import any_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
@@ -24,6 +23,8 @@ from k8sjobs.spec import (
     parse_duration,
     parse_quantity,
 )
+
+from .fuzz_values import any_values
 
 
 def step(**fields: Any) -> Step:

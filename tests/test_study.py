@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from fuzz_values import any_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,8 @@ from k8sjobs._boundedyaml import MAX_ALIASES, MAX_DEPTH, MAX_VALUES
 from k8sjobs.cli import main
 from k8sjobs.local import LocalBackend
 from k8sjobs.study import MAX_STEPS, MAX_STUDY_BYTES, StudyRun, parse_study
+
+from .fuzz_values import any_values
 
 PIPELINE = Path(__file__).parent.parent / "examples" / "pipeline" / "study.yaml"
 

@@ -114,7 +114,7 @@ class StoredGzip:
         self._held_size = 0
         out.write(self._HEADER)
 
-    def write(self, data: bytes, /) -> int:
+    def write(self, data: bytes | bytearray | memoryview, /) -> int:
         view = memoryview(data).cast("B")
         self._crc = zlib.crc32(view, self._crc)
         self._size += len(view)

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from artifact_helpers import FAST_RETRY
 
 from k8sjobs.artifacts import DigestCache, Registry
 from k8sjobs.artifacts._http import Timeouts
@@ -17,6 +16,8 @@ from k8sjobs.testing.registry import (
     registry_available,
     registry_process,
 )
+
+from .artifact_helpers import FAST_RETRY
 
 needs_registry = pytest.mark.skipif(
     not registry_available(),

@@ -9,10 +9,10 @@ import socket
 import stat
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
-from artifact_helpers import FAST_RETRY
 
 from k8sjobs.artifacts import (
     AuthenticationError,
@@ -23,6 +23,8 @@ from k8sjobs.artifacts import (
 )
 from k8sjobs.testing.registry import RegistryServer
 
+from .artifact_helpers import FAST_RETRY
+
 
 def _file(tmp_path: Path) -> Path:
     f = tmp_path / "f.txt"
@@ -30,14 +32,14 @@ def _file(tmp_path: Path) -> Path:
     return f
 
 
-def _store(server: RegistryServer, tmp_path: Path, **kw: object) -> Registry:
+def _store(server: RegistryServer, tmp_path: Path, **kw: Any) -> Registry:
     return Registry(
         server.location,
         plain_http=not server.tls,
         retry=FAST_RETRY,
         cache=DigestCache(tmp_path / "c.sqlite"),
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 async def test_basic_auth_with_explicit_credentials(
@@ -49,7 +51,7 @@ async def test_basic_auth_with_explicit_credentials(
     async with store:
         pushed = await store.push("auth/x:v1", [_file(tmp_path)])
         assert await store.resolve("auth/x:v1") == pushed.digest
-    assert basic_registry.password not in repr(store)
+    assert basic_registry.password and basic_registry.password not in repr(store)
 
 
 async def test_wrong_password_fails_fast_naming_the_reference_without_the_secret(

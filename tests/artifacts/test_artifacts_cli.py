@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from artifact_helpers import make_tree, same_tree
 
 from k8sjobs.cli import main
+
+from .artifact_helpers import make_tree, same_tree
 
 
 def _run(argv: list[str]) -> int:

@@ -10,13 +10,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hostile_registry import HostileRegistry, digest_of, file_layer, manifest_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from k8sjobs.artifacts import InvalidReference, OCILayout, Registry, RegistryError
 from k8sjobs.artifacts._media import check_digest, decode_manifest
 from k8sjobs.artifacts._reference import parse_reference
+
+from .hostile_registry import HostileRegistry, digest_of, file_layer, manifest_for
 
 GRAMMAR = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
 HEX = "0123456789abcdef"

@@ -7,9 +7,9 @@ import os
 import time
 from pathlib import Path
 
-from artifact_helpers import make_tree
-
 from k8sjobs.artifacts import OCILayout, Registry
+
+from .artifact_helpers import make_tree
 
 
 async def _max_lag(stop: asyncio.Event) -> float:

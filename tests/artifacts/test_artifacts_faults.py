@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from artifact_helpers import FAST_RETRY, make_tree, same_tree
 
 from k8sjobs.artifacts import DigestCache, Registry, RegistryUnavailable, Timeouts
 from k8sjobs.testing.registry import Fault, FaultProxy, RegistryServer
+
+from .artifact_helpers import FAST_RETRY, make_tree, same_tree
 
 
 @pytest.fixture

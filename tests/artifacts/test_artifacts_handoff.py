@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from artifact_helpers import make_tree, same_tree
 
 from k8sjobs.artifacts import Registry
 from k8sjobs.artifacts.handoff import read_push_report
 from k8sjobs.local._handoff import InProcessHandoff, recognise
 from k8sjobs.render import PULL_CONTAINER, PUSH_CONTAINER
 from k8sjobs.testing.registry import RegistryServer
+
+from .artifact_helpers import make_tree, same_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 

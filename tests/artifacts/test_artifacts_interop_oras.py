@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from artifact_helpers import make_tree, same_tree
 
 from k8sjobs.artifacts import Registry
 from k8sjobs.testing.registry import RegistryServer
+
+from .artifact_helpers import make_tree, same_tree
 
 oras_provider = pytest.importorskip("oras.provider")
 

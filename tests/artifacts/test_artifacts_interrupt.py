@@ -14,10 +14,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from artifact_helpers import wait_for
-from hostile_registry import HostileRegistry, file_layer, manifest_for
 
 from k8sjobs.artifacts import Registry, _media
+
+from .artifact_helpers import wait_for
+from .hostile_registry import HostileRegistry, file_layer, manifest_for
 
 _CLI = "import sys; from k8sjobs.cli import main; sys.exit(main(sys.argv[1:]))"
 BIG = 6 * 1024 * 1024  # over the 4 MiB from which a body is received on threads
@@ -31,7 +32,7 @@ def _dir_layer(size: int) -> tuple[dict[str, object], bytes]:
         tar.addfile(info, io.BytesIO(os.urandom(size)))
     blob = buffer.getvalue()
     layer = file_layer("d", blob, _media.LAYER_TAR_GZIP)
-    layer["annotations"] = {_media.TITLE: "d", _media.UNPACK: "true"}  # type: ignore[index]
+    layer["annotations"] = {_media.TITLE: "d", _media.UNPACK: "true"}
     return layer, blob
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_artifacts_archive_safety import _archive, _file, _special, _store_hostile
 
 from k8sjobs.artifacts import OCILayout, RegistryError, UnsafeArchive, _media
 from k8sjobs.artifacts._reference import parse_reference
 from k8sjobs.artifacts._transfer import overlapping_titles
 from k8sjobs.artifacts._untar import Extractor, inside
+
+from .test_artifacts_archive_safety import _archive, _file, _special, _store_hostile
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:

@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from artifact_helpers import make_tree, old, same_tree
 
 from k8sjobs.artifacts import ArtifactNotFound, DigestCache, DigestMismatch, OCILayout, open_store
+
+from .artifact_helpers import make_tree, old, same_tree
 
 
 async def test_layout_roundtrip_tags_copy_delete(tmp_path: Path) -> None:

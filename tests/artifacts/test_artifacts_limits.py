@@ -7,21 +7,24 @@ from __future__ import annotations
 import functools
 import os
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 import zstandard
-from artifact_helpers import gzip_bomb, make_tree, wait_for
-from hostile_registry import HostileRegistry, file_layer, manifest_for
-from test_artifacts_archive_safety import _store_hostile
 
-from k8sjobs.artifacts import LimitExceeded, OCILayout, PullLimits, Registry, _media, _untar
+from k8sjobs.artifacts import LimitExceeded, OCILayout, PullLimits, Registry, _fd, _media, _untar
 from k8sjobs.artifacts._limits import parse_size
-from k8sjobs.artifacts.handoff import HandoffConfig, HandoffError, pull_inputs
+from k8sjobs.artifacts.handoff import HandoffConfig, pull_inputs
 from k8sjobs.cli import main
+from k8sjobs.errors import HandoffError
 from k8sjobs.render import Target, render
 from k8sjobs.spec import Step
+
+from .artifact_helpers import gzip_bomb, make_tree, wait_for
+from .hostile_registry import HostileRegistry, file_layer, manifest_for
+from .test_artifacts_archive_safety import _store_hostile
 
 
 def _everything(root: Path) -> list[str]:
@@ -136,12 +139,12 @@ async def test_cancelled_pull_stops_unpacking_at_the_next_piece(
     """Cancel a layout pull of a 4 GiB bomb (limits raised) once it has written 16 MiB:
     it must stop within a piece or so, not unpack the rest first."""
     written = 0
-    real_write_all = _untar.write_all
+    real_write_all = _fd.write_all  # what _untar calls
 
-    def counting(fd: int, pieces: object) -> None:
+    def counting(fd: int, pieces: Sequence[_fd.Buffer]) -> None:
         nonlocal written
-        written += sum(len(p) for p in pieces)  # type: ignore[attr-defined]
-        real_write_all(fd, pieces)  # type: ignore[arg-type]
+        written += sum(len(p) for p in pieces)
+        real_write_all(fd, pieces)
 
     monkeypatch.setattr(_untar, "write_all", counting)
     layout = OCILayout(tmp_path / "layout")

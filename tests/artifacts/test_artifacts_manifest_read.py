@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile_registry import HostileRegistry, digest_of, file_layer, manifest_for
 
 from k8sjobs.artifacts import LimitExceeded, OCILayout, Registry
+
+from .hostile_registry import HostileRegistry, digest_of, file_layer, manifest_for
 
 
 async def test_large_manifest_from_real_registry_pulls_every_time(

@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from artifact_helpers import FAST_RETRY, make_tree, old, same_tree
 
 from k8sjobs.artifacts import ArtifactNotFound, DigestCache, ProgressEvent, Registry
 from k8sjobs.artifacts._media import EMPTY_CONFIG, TITLE, UNPACK
 from k8sjobs.testing.registry import RegistryServer
+
+from .artifact_helpers import FAST_RETRY, make_tree, old, same_tree
 
 
 async def test_push_then_pull_file_and_directory_roundtrip(

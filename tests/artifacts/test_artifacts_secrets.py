@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_registry import HostileRegistry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,8 @@ from k8sjobs.artifacts import (
 )
 from k8sjobs.artifacts._auth import run_credential_helper
 from k8sjobs.errors import scrub
+
+from .hostile_registry import HostileRegistry
 
 SECRET = "hunter2-Sup3r"
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from artifact_helpers import FAST_RETRY
 
 from k8sjobs.artifacts import DigestMismatch, Registry, RegistryUnavailable, Timeouts
 from k8sjobs.artifacts._media import Descriptor
@@ -18,6 +17,8 @@ from k8sjobs.artifacts._reference import Reference
 from k8sjobs.artifacts._registry import TAKE_OVER_FROM
 from k8sjobs.artifacts._streams import VerifyingWriter
 from k8sjobs.testing.registry import RegistryServer
+
+from .artifact_helpers import FAST_RETRY
 
 BODY = os.urandom(TAKE_OVER_FROM + 3 * 1024 * 1024 + 17)
 DIGEST = "sha256:" + hashlib.sha256(BODY).hexdigest()

@@ -47,7 +47,7 @@ async def test_step_b_reads_exactly_the_bytes_step_a_wrote(
     pinned = result_a.outputs["blob"]
     assert "@sha256:" in pinned
     config = fake_cluster_execute.get("configmaps", b.object_name)
-    assert pinned in config["data"]["handoff.json"]
+    assert config is not None and pinned in config["data"]["handoff.json"]
     # The path under test is the one that ran: in-process handoffs have no process id.
     pods = fake_cluster_execute.objects("pods")
     (pod,) = [p for p in pods if p["metadata"]["name"].startswith(b.object_name)]

@@ -17,7 +17,7 @@ FAKE = "fake.k8sjobs.io/"
 def step(name: str, *, duration: float = 0.05, **fields: object) -> Step:
     """Return a Step the simulated kubelet runs for ``duration`` seconds."""
     notes = {f"{FAKE}duration": str(duration), **fields.pop("annotations", {})}  # type: ignore[dict-item]
-    return Step(name=name, script="echo hi", annotations=notes, **fields)  # type: ignore[arg-type]
+    return Step(name=name, script="echo hi", annotations=notes, **fields)
 
 
 def session(cluster: FakeCluster, tmp_path: Path, study: str = "s", **options: object) -> Session:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from kubehelpers import step
 
 from k8sjobs.errors import NotFound, SpecMismatch
 from k8sjobs.kube import KubeClient, load_config
@@ -17,6 +16,8 @@ from k8sjobs.kube.create import create_step
 from k8sjobs.kube.watch import wait_deleted
 from k8sjobs.render import Manifests, Target, render
 from k8sjobs.testing import FakeCluster
+
+from .kubehelpers import step
 
 
 @pytest_asyncio.fixture

@@ -6,15 +6,16 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from kubehelpers import FAKE, orphans, session, step
 
 from k8sjobs.errors import SpecMismatch
-from k8sjobs.kube import KubeClient, load_config
+from k8sjobs.kube import KubeClient, KubernetesBackend, load_config
 from k8sjobs.kube.client import CONFIGMAPS, JOBS
 from k8sjobs.render import Target, render
 from k8sjobs.session import Session
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
+
+from .kubehelpers import FAKE, orphans, session, step
 
 
 async def test_creation_order_owner_references_and_three_writes(
@@ -71,9 +72,10 @@ async def test_orphaned_configmap_is_reported_then_adopted(
     async with KubeClient(await load_config(cluster.kubeconfig_path)) as client:
         await client.create(CONFIGMAPS, "default", manifests.configmap)
     async with session(cluster, tmp_path) as s:
-        backend = s._backends["kubernetes"]
+        backend = s.backends["kubernetes"]
+        assert isinstance(backend, KubernetesBackend)
         assert await s.attach() == []
-        assert manifests.name in backend.orphans  # type: ignore[attr-defined]
+        assert manifests.name in backend.orphans
         result = await (await s.submit(step("a"))).wait(10)
     assert result.ok
     assert orphans(cluster) == []

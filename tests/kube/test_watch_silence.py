@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kubehelpers import count_terminal, session, step, wait_until
 
 from k8sjobs.kube import KubeClient, KubernetesBackend, load_config
 from k8sjobs.kube.client import CONFIGMAPS
 from k8sjobs.kube.watch import Cache, Change, Informer
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
+
+from .kubehelpers import count_terminal, session, step, wait_until
 
 IDLE = 2.0  # 4 bookmark intervals of the fixture's server
 

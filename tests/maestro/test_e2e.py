@@ -11,9 +11,9 @@ import csv
 import shutil
 from pathlib import Path
 
-from conftest import MaestroCli
-
 from k8sjobs.testing import FakeCluster
+
+from .conftest import MaestroCli
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "maestro" / "study.yaml"
 STUDIES = Path(__file__).parent / "studies"

@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from sechelpers import Rbac
 
 from k8sjobs.testing import ControllerConfig, FakeCluster
+
+from .sechelpers import Rbac
 
 FAST = ControllerConfig(batch_period=0.02, backoff_base=0.05, backoff_max=0.5, time_scale=0.2)
 

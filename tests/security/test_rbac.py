@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import SecretStr
-from sechelpers import Rbac, forbidden, pairs, run_cli, used
 
 from k8sjobs.cli import main
 from k8sjobs.errors import Forbidden
@@ -19,6 +18,8 @@ from k8sjobs.session import Session
 from k8sjobs.spec import Resources, Step
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
+
+from .sechelpers import Rbac, forbidden, pairs, run_cli, used
 
 FAKE = "fake.k8sjobs.io/"
 STORE = "registry.invalid:5000/k8sjobs"

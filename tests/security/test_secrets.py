@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from pydantic import SecretStr
-from sechelpers import run_cli
 
 from k8sjobs.artifacts import AuthenticationError, Registry
 from k8sjobs.errors import ApiError
@@ -28,6 +27,8 @@ from k8sjobs.session import Session
 from k8sjobs.spec import Resources, Step
 from k8sjobs.testing import ControllerConfig, Event, FakeCluster
 from k8sjobs.testing.registry import RegistryServer, registry_available, start_registry
+
+from .sechelpers import run_cli
 
 FAKE = "fake.k8sjobs.io/"
 FAST = ControllerConfig(batch_period=0.02, backoff_base=0.05, backoff_max=0.5, time_scale=0.2)

@@ -17,6 +17,25 @@ from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig
 FAST = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=1.0)
 
 
+def core_api(api: client.ApiClient) -> Any:
+    """Return the official client's CoreV1Api on ``api``, typed loosely (see ``batch_api``)."""
+    return client.CoreV1Api(api)
+
+
+def batch_api(api: client.ApiClient) -> Any:
+    """Return the official client's BatchV1Api on ``api``, typed loosely.
+
+    Its hints name model classes (``V1Job``) where it takes plain dicts too, as users of
+    kubectl-shaped manifests send them; these tests send dicts, so the API object is Any.
+    """
+    return client.BatchV1Api(api)
+
+
+def custom_api(api: client.ApiClient) -> Any:
+    """Return the official client's CustomObjectsApi on ``api``, typed loosely (as above)."""
+    return client.CustomObjectsApi(api)
+
+
 async def api_client(cluster: FakeCluster) -> client.ApiClient:
     """Return a kubernetes_asyncio client built from the cluster's kubeconfig."""
     return await config.new_client_from_config(config_file=str(cluster.kubeconfig_path))

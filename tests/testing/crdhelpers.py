@@ -8,7 +8,8 @@ from typing import Any
 import aiohttp
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import wait_until
+
+from .conftest import wait_until
 
 GROUP = "flux-framework.org"
 VERSION = "v1alpha2"

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing._selectors import FIELD_LABELS
-from tests.testing.conftest import wait_until
-from tests.testing.test_apiserver import job_body
+
+from .conftest import wait_until
+from .test_apiserver import job_body
 
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
@@ -165,7 +166,12 @@ async def test_a_body_over_3_mib_is_413(http: aiohttp.ClientSession) -> None:
 
 
 async def test_protobuf_is_415_and_yaml_is_read(http: aiohttp.ClientSession) -> None:
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y"}, "data": {"a": "1"}}
+    cm: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "y"},
+        "data": {"a": "1"},
+    }
     headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
     code, body = await answer(await http.post(CONFIGMAPS, data=b"k8s\x00...", headers=headers))
     assert (code, body["reason"]) == (415, "UnsupportedMediaType")

@@ -14,7 +14,8 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiException
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import api_client, wait_until
+
+from .conftest import api_client, batch_api, core_api, wait_until
 
 REFERENCE = Path(os.environ.get("K8S_REFERENCE", "/work/shared/k8s-reference"))
 
@@ -37,13 +38,14 @@ def cm_body(name: str, labels: dict[str, str] | None = None, **meta: Any) -> dic
 async def error_of(call: Any) -> tuple[int, dict[str, Any]]:
     with pytest.raises(ApiException) as caught:
         await call
+    assert caught.value.body is not None
     return caught.value.status, json.loads(caught.value.body)
 
 
 @pytest.mark.skipif(not (REFERENCE / "errors.json").exists(), reason="no reference")
 async def test_error_bodies_match_the_recorded_ones(api: client.ApiClient) -> None:
     recorded = json.loads((REFERENCE / "errors.json").read_text())
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core, batch = core_api(api), batch_api(api)
     assert await error_of(core.read_namespaced_config_map("nope", "default")) == (
         404,
         recorded["get_missing"]["body"],
@@ -80,7 +82,7 @@ async def test_error_bodies_match_the_recorded_ones(api: client.ApiClient) -> No
 
 
 async def test_schema_violations_and_immutable_template_are_invalid(api: client.ApiClient) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     wrong = job_body("typo")
     wrong["spec"]["template"]["spec"]["containers"][0]["comand"] = ["true"]
     status, body = await error_of(batch.create_namespaced_job("default", wrong))
@@ -94,7 +96,7 @@ async def test_schema_violations_and_immutable_template_are_invalid(api: client.
 
 
 async def test_job_create_fills_in_the_server_defaults(api: client.ApiClient) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     job = await batch.create_namespaced_job("default", job_body("d"))
     uid = job.metadata.uid
     assert job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
@@ -120,13 +122,13 @@ async def test_job_create_fills_in_the_server_defaults(api: client.ApiClient) ->
 
 async def test_missing_namespace_is_not_found(api: client.ApiClient) -> None:
     status, body = await error_of(
-        client.CoreV1Api(api).create_namespaced_config_map("nowhere", cm_body("c"))
+        core_api(api).create_namespaced_config_map("nowhere", cm_body("c"))
     )
     assert (status, body["message"]) == (404, 'namespaces "nowhere" not found')
 
 
 async def test_list_filters_by_label_and_field_selectors(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     for name, labels in [("a", {"app": "x", "tier": "1"}), ("b", {"app": "y"}), ("c", {})]:
         await core.create_namespaced_config_map("default", cm_body(name, labels))
 
@@ -148,7 +150,7 @@ async def test_list_filters_by_label_and_field_selectors(api: client.ApiClient) 
 async def test_list_pages_with_limit_and_continue_until_compacted(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     for i in range(5):
         await core.create_namespaced_config_map("default", cm_body(f"cm{i}"))
     first = await core.list_namespaced_config_map("default", limit=2)
@@ -166,7 +168,7 @@ async def test_list_pages_with_limit_and_continue_until_compacted(
 
 
 async def collect(api: client.ApiClient, count: int, **kwargs: Any) -> list[tuple[str, str]]:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     seen: list[tuple[str, str]] = []
     async with watch.Watch() as watcher, asyncio.timeout(10):
         async for event in watcher.stream(
@@ -179,7 +181,7 @@ async def collect(api: client.ApiClient, count: int, **kwargs: Any) -> list[tupl
 
 
 async def test_watch_replays_from_a_resource_version_and_filters(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     listed = await core.list_namespaced_config_map("default")
     rv = listed.metadata.resource_version
     await core.create_namespaced_config_map("default", cm_body("w1", {"k": "v"}))
@@ -194,7 +196,7 @@ async def test_watch_replays_from_a_resource_version_and_filters(api: client.Api
 async def test_watch_from_a_compacted_version_answers_410(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     await core.create_namespaced_config_map("default", cm_body("x"))
     rv = (await core.list_namespaced_config_map("default")).metadata.resource_version
     await core.create_namespaced_config_map("default", cm_body("y"))
@@ -205,7 +207,7 @@ async def test_watch_from_a_compacted_version_answers_410(
 
 
 async def test_watch_sends_bookmarks_and_ends_at_its_timeout(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     rv = (await core.list_namespaced_config_map("default")).metadata.resource_version
     response = await core.list_namespaced_config_map(
         "default",
@@ -222,7 +224,7 @@ async def test_watch_sends_bookmarks_and_ends_at_its_timeout(api: client.ApiClie
 async def test_dropped_watches_end_their_streams(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     response = await core.list_namespaced_config_map(
         "default", watch=True, timeout_seconds=30, _preload_content=False
     )
@@ -241,7 +243,7 @@ async def test_a_slow_watcher_is_dropped_instead_of_blocking_writers(tmp_path: P
 
 
 async def test_replace_and_patches(api: client.ApiClient) -> None:
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core, batch = core_api(api), batch_api(api)
     await batch.create_namespaced_job("default", job_body("p", suspend=True))
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u-1"}
     patched = await batch.patch_namespaced_job(
@@ -283,7 +285,7 @@ async def test_replace_and_patches(api: client.ApiClient) -> None:
 async def test_deleting_a_job_collects_its_pods_and_owned_objects(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core, batch = core_api(api), batch_api(api)
     job = await batch.create_namespaced_job("default", job_body("gc", suspend=False))
     owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "gc", "uid": job.metadata.uid}]
     await core.create_namespaced_config_map("default", cm_body("gc-script", ownerReferences=owner))
@@ -296,7 +298,7 @@ async def test_deleting_a_job_collects_its_pods_and_owned_objects(
 async def test_foreground_deletion_waits_for_dependents(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     await batch.create_namespaced_job("default", job_body("fg", parallelism=2, completions=2))
     await asyncio.sleep(0.05)
     await batch.delete_namespaced_job("fg", "default", propagation_policy="Foreground")
@@ -309,7 +311,7 @@ async def test_foreground_deletion_waits_for_dependents(
 async def test_orphan_deletion_keeps_dependents(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core, batch = core_api(api), batch_api(api)
     job = await batch.create_namespaced_job("default", job_body("or"))
     owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "or", "uid": job.metadata.uid}]
     await core.create_namespaced_config_map("default", cm_body("kept", ownerReferences=owner))
@@ -321,7 +323,7 @@ async def test_orphan_deletion_keeps_dependents(
 async def test_deletecollection_and_graceful_pod_deletion(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     for i in range(3):
         await core.create_namespaced_config_map("default", cm_body(f"d{i}", {"g": "1"}))
     await core.delete_collection_namespaced_config_map("default", label_selector="g=1")
@@ -338,7 +340,7 @@ async def test_deletecollection_and_graceful_pod_deletion(
 
 
 async def test_pod_logs_with_tail_and_follow(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     pod = {
         "metadata": {
             "name": "lg",
@@ -362,12 +364,12 @@ async def test_bearer_token_and_tls(tmp_path: Path) -> None:
     async with FakeCluster(directory=tmp_path, tls=True) as fake:
         assert fake.url.startswith("https://")
         async with await api_client(fake) as api:
-            found = await client.CoreV1Api(api).list_namespace()
+            found = await core_api(api).list_namespace()
             assert [n.metadata.name for n in found.items] == ["default"]
         configuration = client.Configuration(host=fake.url)
         configuration.ssl_ca_cert = str(fake.ca_path)
         async with client.ApiClient(configuration) as anonymous:
-            status, body = await error_of(client.CoreV1Api(anonymous).list_namespace())
+            status, body = await error_of(core_api(anonymous).list_namespace())
             assert (status, body["reason"]) == (401, "Unauthorized")
 
 
@@ -375,7 +377,7 @@ async def test_bearer_token_and_tls(tmp_path: Path) -> None:
 async def test_kubectl_gets_describes_logs_and_deletes(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     job = job_body("kc")
     job["spec"]["template"]["metadata"] = {"annotations": {"fake.k8sjobs.io/logs": "hi\n"}}
     await batch.create_namespaced_job("default", job)

@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import call
-from tests.testing.crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd
-from tests.testing.test_apiserver import job_body
+
+from .conftest import call
+from .crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd
+from .test_apiserver import job_body
 
 CMS = "/api/v1/namespaces/default/configmaps"
 APPLY = "application/apply-patch+yaml"
@@ -36,7 +37,7 @@ async def apply(
     )
 
 
-def owners(obj: dict[str, Any]) -> dict[str, Any]:
+def owners(obj: dict[str, Any]) -> dict[tuple[str, str], Any]:
     return {(e["manager"], e["operation"]): e["fieldsV1"] for e in obj["metadata"]["managedFields"]}
 
 
@@ -91,7 +92,7 @@ async def test_a_different_value_conflicts_and_force_takes_ownership(
     assert body["details"]["causes"] == [
         {"reason": "FieldManagerConflict", "message": 'conflict with "alice"', "field": ".data.a"}
     ]
-    assert cluster.get("configmaps", "c")["data"] == {"a": "1", "b": "1"}
+    assert (cluster.get("configmaps", "c") or {})["data"] == {"a": "1", "b": "1"}
 
     status, forced = await apply(http, url, cm("c", {"a": "2"}), "bob", force="true")
     assert status == 200

@@ -10,7 +10,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig, NodeConfig
-from tests.testing.conftest import FAST, api_client, wait_until
+
+from .conftest import FAST, api_client, batch_api, core_api, wait_until
 
 
 def job_body(
@@ -50,7 +51,7 @@ def finished(cluster: FakeCluster, name: str) -> bool:
 async def test_parallel_jobs_run_completions_pods(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     await batch.create_namespaced_job("default", job_body("par", parallelism=2, completions=4))
     await wait_until(lambda: finished(cluster, "par"))
     job = await batch.read_namespaced_job("par", "default")
@@ -61,7 +62,7 @@ async def test_parallel_jobs_run_completions_pods(
 async def test_indexed_pods_get_index_env_hostname_and_subdomain(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch, core = batch_api(api), core_api(api)
     body = job_body(
         "ix",
         completions=2,
@@ -90,7 +91,7 @@ async def test_indexed_pods_get_index_env_hostname_and_subdomain(
 async def test_backoff_limit_recreates_failed_pods_after_a_delay(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     await batch.create_namespaced_job(
         "default", job_body("bo", backoffLimit=2, annotations={"fake.k8sjobs.io/exit-code": "1"})
     )
@@ -108,7 +109,7 @@ async def test_pod_failure_policy_ignore_and_count(tmp_path: Path) -> None:
         await api_client(fake) as api,
     ):
         policy = {"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}
-        await client.BatchV1Api(api).create_namespaced_job(
+        await batch_api(api).create_namespaced_job(
             "default",
             job_body(
                 "ig",
@@ -125,7 +126,7 @@ async def test_pod_failure_policy_ignore_and_count(tmp_path: Path) -> None:
 async def test_pod_failure_policy_failjob_on_disruption_condition(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch, core = batch_api(api), core_api(api)
     policy = {
         "rules": [
             {
@@ -163,7 +164,7 @@ async def test_pod_failure_policy_failjob_on_disruption_condition(
 async def test_suspend_deletes_active_pods_and_resume_restarts(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_api(api)
     await batch.create_namespaced_job(
         "default", job_body("sr", annotations={"fake.k8sjobs.io/duration": "0.3"})
     )
@@ -184,7 +185,7 @@ async def test_suspend_deletes_active_pods_and_resume_restarts(
 async def test_ttl_after_finished_deletes_the_job(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    await client.BatchV1Api(api).create_namespaced_job(
+    await batch_api(api).create_namespaced_job(
         "default", job_body("ttl", ttlSecondsAfterFinished=0)
     )
     await wait_until(lambda: cluster.get("jobs", "ttl") is None and not cluster.objects("pods"))
@@ -196,7 +197,7 @@ async def test_pods_that_do_not_fit_stay_pending_until_room_frees(tmp_path: Path
         FakeCluster(directory=tmp_path, controller=FAST, node=node) as fake,
         await api_client(fake) as api,
     ):
-        batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+        batch, core = batch_api(api), core_api(api)
         gpu = {"limits": {"nvidia.com/gpu": "1"}}
         await batch.create_namespaced_job(
             "default",
@@ -227,7 +228,7 @@ async def test_pods_that_do_not_fit_stay_pending_until_room_frees(tmp_path: Path
 async def test_bad_images_fail_to_pull_then_back_off(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    await client.BatchV1Api(api).create_namespaced_job(
+    await batch_api(api).create_namespaced_job(
         "default", job_body("img", image="registry.example/does-not-exist:1")
     )
 
@@ -245,7 +246,7 @@ async def test_bad_images_fail_to_pull_then_back_off(
 async def test_memory_over_the_limit_ends_oomkilled(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    await client.BatchV1Api(api).create_namespaced_job(
+    await batch_api(api).create_namespaced_job(
         "default",
         job_body(
             "oom",
@@ -255,7 +256,7 @@ async def test_memory_over_the_limit_ends_oomkilled(
         ),
     )
     await wait_until(lambda: finished(cluster, "oom"))
-    pod = (await client.CoreV1Api(api).list_namespaced_pod("default")).items[0]
+    pod = (await core_api(api).list_namespaced_pod("default")).items[0]
     terminated = pod.status.container_statuses[0].state.terminated
     assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
 
@@ -263,11 +264,12 @@ async def test_memory_over_the_limit_ends_oomkilled(
 async def test_injected_errors_latency_and_request_counts(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core = client.CoreV1Api(api)
+    core = core_api(api)
     cluster.faults.fail("list", "configmaps", status=429, retry_after=3)
     with pytest.raises(client.ApiException) as caught:
         await core.list_namespaced_config_map("default")
-    assert caught.value.status == 429 and caught.value.headers["Retry-After"] == "3"
+    assert caught.value.status == 429 and caught.value.headers is not None
+    assert caught.value.headers["Retry-After"] == "3"
     cluster.faults.fail("create", status=503, times=2)
     for _ in range(2):
         with pytest.raises(client.ApiException):
@@ -284,7 +286,7 @@ async def test_injected_errors_latency_and_request_counts(
 async def test_restart_keeps_state_and_port_and_paused_kubelet_freezes_pods(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core, batch = core_api(api), batch_api(api)
     await core.create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
     url = cluster.url
     await cluster.faults.restart_server()
@@ -305,7 +307,7 @@ async def test_execute_mode_runs_the_pod_as_processes(tmp_path: Path) -> None:
         FakeCluster("execute", directory=tmp_path, controller=FAST, kubelet_config=kubelet) as fake,
         await api_client(fake) as api,
     ):
-        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        core, batch = core_api(api), batch_api(api)
         await core.create_namespaced_config_map(
             "default", {"metadata": {"name": "script"}, "data": {"run.sh": "echo hi $X\n"}}
         )
@@ -335,7 +337,7 @@ async def test_many_jobs_finish_without_polling(tmp_path: Path) -> None:
         FakeCluster(directory=tmp_path, controller=timings) as fake,
         await api_client(fake) as api,
     ):
-        batch = client.BatchV1Api(api)
+        batch = batch_api(api)
         await asyncio.gather(
             *(batch.create_namespaced_job("default", job_body(f"m{i}")) for i in range(100))
         )

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from kubernetes_asyncio import client, watch
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import call, wait_until
-from tests.testing.crdhelpers import (
+
+from .conftest import call, custom_api, wait_until
+from .crdhelpers import (
     GROUP,
     VERSION,
     define,
@@ -99,7 +100,7 @@ async def test_custom_objects_crud_and_watch(
     cluster: FakeCluster, api: client.ApiClient, http: aiohttp.ClientSession
 ) -> None:
     await define(http, cluster, minicluster_crd())
-    objects = client.CustomObjectsApi(api)
+    objects = custom_api(api)
     args = (GROUP, VERSION, "default", "miniclusters")
     created = await objects.create_namespaced_custom_object(*args, minicluster("a"))
     assert created["spec"]["size"] == 1  # the schema default
@@ -134,7 +135,7 @@ async def test_cluster_scoped_custom_objects(
     cluster: FakeCluster, api: client.ApiClient, http: aiohttp.ClientSession
 ) -> None:
     await define(http, cluster, widget_crd())
-    objects = client.CustomObjectsApi(api)
+    objects = custom_api(api)
     body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
     created = await objects.create_cluster_custom_object(
         "example.com", "v1", "widgets", {**body, "spec": {"anything": {"goes": [1]}}}

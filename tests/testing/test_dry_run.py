@@ -7,8 +7,9 @@ import asyncio
 import aiohttp
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import call, wait_until
-from tests.testing.test_apiserver import job_body
+
+from .conftest import call, wait_until
+from .test_apiserver import job_body
 
 CMS = "/api/v1/namespaces/default/configmaps"
 
@@ -83,7 +84,7 @@ async def test_dry_run_delete_of_a_running_pod_shows_the_grace_period(
     status, answer = await call(http, "DELETE", f"{url}/p?dryRun=All")
     assert status == 200
     assert answer["metadata"]["deletionGracePeriodSeconds"] == 30
-    assert "deletionTimestamp" not in cluster.get("pods", "p")["metadata"]
+    assert "deletionTimestamp" not in (cluster.get("pods", "p") or {})["metadata"]
 
 
 async def test_an_unsupported_dry_run_value_is_422(

@@ -17,12 +17,12 @@ import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kubernetes_asyncio import client
 
 from k8sjobs.testing import FakeCluster, KubeletConfig, NodeConfig, PodPlan
 from k8sjobs.testing._job_policies import format_indexes, match_success_policy, parse_indexes
-from tests.testing.conftest import FAST, api_client, wait_until
-from tests.testing.test_controller_and_kubelet import conditions, finished, job_body
+
+from .conftest import FAST, api_client, batch_api, core_api, wait_until
+from .test_controller_and_kubelet import conditions, finished, job_body
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
@@ -85,7 +85,7 @@ async def run_indexed(
         await api_client(fake) as api,
     ):
         body = job_body(name, completionMode="Indexed", **spec)
-        await client.BatchV1Api(api).create_namespaced_job("default", body)
+        await batch_api(api).create_namespaced_job("default", body)
         await wait_until(lambda: finished(fake, name))
         await wait_until(
             lambda: not any(p["metadata"].get("deletionTimestamp") for p in fake.objects("pods"))
@@ -166,13 +166,13 @@ async def test_pod_replacement_policy(
         await api_client(fake) as api,
     ):
         body = job_body("rp", backoffLimit=3, podReplacementPolicy=policy)
-        await client.BatchV1Api(api).create_namespaced_job("default", body)
+        await batch_api(api).create_namespaced_job("default", body)
         await wait_until(
             lambda: any(p["status"].get("phase") == "Running" for p in fake.objects("pods"))
         )
         fake.faults.pause_kubelet()  # the deleted pod stays terminating
         first = fake.objects("pods")[0]["metadata"]["name"]
-        await client.CoreV1Api(api).delete_namespaced_pod(first, "default")
+        await core_api(api).delete_namespaced_pod(first, "default")
         await wait_until(lambda: status(fake, "rp").get("terminating") == 1)
         if replaced_while_terminating:
             await wait_until(lambda: len(fake.objects("pods")) == 2)
@@ -191,7 +191,7 @@ async def test_pod_replacement_policy(
 
 
 async def test_eviction_api_marks_and_deletes_the_pod(cluster: FakeCluster) -> None:
-    core = client.CoreV1Api(await api_client(cluster))
+    core = core_api(await api_client(cluster))
     pod = {
         "metadata": {"name": "p", "annotations": {"fake.k8sjobs.io/duration": "30"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
@@ -287,7 +287,7 @@ async def test_execute_mode_eviction_is_ignored_and_the_pod_replaced(tmp_path: P
         )
         body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", script]
         async with await api_client(fake) as api:
-            await client.BatchV1Api(api).create_namespaced_job("default", body)
+            await batch_api(api).create_namespaced_job("default", body)
             await wait_until(lambda: flag.exists(), timeout=20)
             first = fake.objects("pods")[0]["metadata"]["name"]
             fake.evict(first)
@@ -314,7 +314,7 @@ async def test_execute_mode_success_policy_stops_the_workers(tmp_path: Path) -> 
         )
         body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", script]
         async with await api_client(fake) as api:
-            await client.BatchV1Api(api).create_namespaced_job("default", body)
+            await batch_api(api).create_namespaced_job("default", body)
             await wait_until(lambda: finished(fake, "lw"), timeout=20)
         assert conditions(fake, "lw") == [
             ("SuccessCriteriaMet", "True", "SuccessPolicy"),

@@ -13,8 +13,9 @@ import pytest_asyncio
 import yaml
 
 from k8sjobs.testing import FakeCluster, KubeletConfig
-from tests.testing.conftest import FAST, wait_until
-from tests.testing.crdhelpers import GROUP, minicluster, minicluster_crd
+
+from .conftest import FAST, wait_until
+from .crdhelpers import GROUP, minicluster, minicluster_crd
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 
@@ -110,7 +111,7 @@ async def test_kubectl_get_prints_the_servers_tables(kubectl: Kubectl) -> None:
     await wait_until(
         lambda: any(
             c["type"] == "Complete"
-            for c in kubectl.cluster.get("jobs", "hello")["status"].get("conditions", [])
+            for c in (kubectl.cluster.get("jobs", "hello") or {})["status"].get("conditions", [])
         )
     )
     jobs = (await kubectl("get", "jobs")).splitlines()

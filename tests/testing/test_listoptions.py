@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import call
+
+from .conftest import call
 
 CMS = "/api/v1/namespaces/default/configmaps"
 WATCHLIST = (

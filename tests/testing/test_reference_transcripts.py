@@ -20,7 +20,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 
 from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig, PodPlan
-from tests.testing.conftest import api_client, wait_until
+
+from .conftest import api_client, batch_api, core_api, wait_until
 
 REFERENCE = Path(os.environ.get("K8S_REFERENCE", "/work/shared/k8s-reference"))
 SCENARIOS = sorted(p.stem for p in REFERENCE.glob("job-*.json"))
@@ -139,7 +140,7 @@ async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[
     kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.003, rule=shell_rule)
     fake = FakeCluster(directory=tmp_path, controller=timings, kubelet_config=kubelet)
     async with fake, await api_client(fake) as api:
-        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        core, batch = core_api(api), batch_api(api)
         await core.create_namespace({"metadata": {"name": "demo"}})
         pod_events: list[tuple[str, dict[str, Any]]] = []
         fake.store.listen(

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing._table import human_duration
-from tests.testing.conftest import call, wait_until
-from tests.testing.crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd
-from tests.testing.test_apiserver import job_body
+
+from .conftest import call, wait_until
+from .crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd
+from .test_apiserver import job_body
 
 TABLE = (  # what kubectl get sends
     "application/json;as=Table;v=v1;g=meta.k8s.io,"
@@ -25,7 +26,8 @@ async def get_table(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:
     status, body = await call(http, "GET", url, Accept=TABLE)
     assert status == 200, body
     assert (body["kind"], body["apiVersion"]) == ("Table", "meta.k8s.io/v1")
-    return body
+    table: dict[str, Any] = body
+    return table
 
 
 def names(table: dict[str, Any], wide: bool = False) -> list[str]:
@@ -43,7 +45,7 @@ async def test_jobs_and_pods_print_kubectls_columns(
     await wait_until(
         lambda: any(
             c["type"] == "Complete"
-            for c in cluster.get("jobs", "t")["status"].get("conditions", [])
+            for c in (cluster.get("jobs", "t") or {})["status"].get("conditions", [])
         )
     )
     jobs = await get_table(http, base)

@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 
 from k8sjobs.testing import FakeCluster
-from tests.testing.conftest import wait_until
+
+from .conftest import wait_until
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 
