@@ -92,8 +92,13 @@ class Session:
 
     @property
     def namespace(self) -> str:
-        """Return the namespace steps go to unless a step names its own."""
-        return self._namespace or "default"
+        """Return the namespace steps go to unless a step names its own.
+
+        The session's ``namespace`` if given, else the default backend's (the kubeconfig
+        context's namespace, or the pod's in-cluster, once the session has started), else
+        "default": where ``submit`` sends steps and ``attach`` looks for them.
+        """
+        return self._namespace_of(self._backends.get(self._default_kind))
 
     @property
     def handles(self) -> dict[str, StepHandle]:
@@ -245,7 +250,7 @@ class Session:
         """
         self._check_open()
         chosen = await self._backend(backend or self._default_kind)
-        found = await chosen.attach(study or self.study, self.namespace)
+        found = await chosen.attach(study or self.study, self._namespace_of(chosen))
         for handle in found:
             self._handles.setdefault(handle.name, handle)
         return found
@@ -280,12 +285,15 @@ class Session:
             return LocalBackend(**(self._options if kind == self._default_kind else {}))
         raise ValueError(f'backend "{kind}" is unknown; use "kubernetes" or "local"')
 
+    def _namespace_of(self, backend: Backend | None) -> str:
+        """Return the namespace of steps sent to ``backend``: the one place it is worked out."""
+        return self._namespace or (backend.namespace if backend else None) or "default"
+
     def _target(self, backend: Backend) -> Target:
         store = self.store or backend.default_store
-        namespace = self._namespace or backend.namespace or "default"
         return Target(
             study=self.study,
-            namespace=namespace,
+            namespace=self._namespace_of(backend),
             store=store,
             plain_http=self.plain_http,
             registry_secret=self.registry_secret,

@@ -165,8 +165,13 @@ class FakeCluster:
     ) -> None:
         await self.stop()
 
-    def write_kubeconfig(self, path: Path, *, context: str = "fake") -> Path:
-        """Write a kubeconfig for this cluster to `path` and return it."""
+    def write_kubeconfig(
+        self, path: Path, *, context: str = "fake", namespace: str = "default"
+    ) -> Path:
+        """Write a kubeconfig for this cluster to `path` and return it.
+
+        ``namespace`` is the context's namespace: where clients send objects by default.
+        """
         cluster: dict[str, Any] = {"server": self.url}
         if self.ca_path is not None:
             cluster["certificate-authority"] = str(self.ca_path)
@@ -180,7 +185,7 @@ class FakeCluster:
             "contexts": [
                 {
                     "name": context,
-                    "context": {"cluster": context, "user": context, "namespace": "default"},
+                    "context": {"cluster": context, "user": context, "namespace": namespace},
                 }
             ],
         }
