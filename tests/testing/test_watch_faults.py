@@ -37,12 +37,14 @@ class Stream:
         return [str(line["type"]) for line in self.lines]
 
 
-async def _read(http: aiohttp.ClientSession, url: str, rv: str, stream: Stream) -> None:
+async def _read(
+    http: aiohttp.ClientSession, url: str, rv: str, stream: Stream, timeout: int = 60
+) -> None:
     params = {
         "watch": "true",
         "allowWatchBookmarks": "true",
         "resourceVersion": rv,
-        "timeoutSeconds": "60",
+        "timeoutSeconds": str(timeout),
     }
     try:
         async with http.get(url + CONFIGMAPS, params=params) as response:
@@ -120,3 +122,17 @@ async def test_silenced_watch_stays_open_and_sends_nothing(cluster: FakeCluster)
         await asyncio.gather(reader, *tasks)
     assert stream.ended_cleanly and len(stream.lines) == heard
     assert resumed.ended_cleanly and resumed.lines == []
+
+
+async def test_a_silenced_watch_still_ends_at_its_timeout(cluster: FakeCluster) -> None:
+    url = cluster.url
+    async with aiohttp.ClientSession() as http:
+        rv = await _list_rv(http, url)
+        stream = Stream()
+        reader = asyncio.create_task(_read(http, url, rv, stream, timeout=2))
+        await wait_until(lambda: "BOOKMARK" in stream.types())
+        cluster.faults.silence_watches()
+        heard = len(stream.lines)
+        cluster.store.create("configmaps", "default", _cm("unseen"))
+        await asyncio.wait_for(reader, 30)  # ends by itself: nothing dropped it
+    assert stream.ended_cleanly and len(stream.lines) == heard
