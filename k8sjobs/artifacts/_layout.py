@@ -72,9 +72,8 @@ class OCILayout(_transfer.StoreFront):
 
     def _blob_path(self, digest: str) -> Path:
         # The digest becomes a path: only the OCI grammar may pass (no "..", no "/").
-        algorithm, _, hexdigest = _media.check_digest(digest, f"A blob in {self.root}").partition(
-            ":"
-        )
+        checked = _media.check_digest(digest, f"A blob in {self.root}")
+        algorithm, _, hexdigest = checked.partition(":")
         return self.root / "blobs" / algorithm / hexdigest
 
     def _ensure(self) -> None:

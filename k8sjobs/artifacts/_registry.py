@@ -41,6 +41,7 @@ from ._http import (
     take_body,
     with_retries,
 )
+from ._limits import Budget, PullLimits
 from ._media import Descriptor
 from ._reference import Reference, check_host, check_repository, parse_reference
 from ._streams import (
@@ -668,6 +669,10 @@ class Registry(_transfer.StoreFront):
         src, dst = self._ref(source), self._ref(destination)
         data, media_type, digest = await self.get_manifest(src)
         manifest = _media.decode_manifest(data, str(src))
+        # Each blob passes through a temporary file: the default pull limit bounds it.
+        Budget(PullLimits(), f"Copying {src}").check_declared(
+            {desc.title or desc.digest: (desc.size, True) for desc in manifest.blobs()}
+        )
         for desc in manifest.blobs():
             if not await self.has_blob(dst, desc.digest):
                 await self._copy_blob(src, dst, desc)

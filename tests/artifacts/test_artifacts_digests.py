@@ -187,3 +187,19 @@ def test_fuzzed_layout_index_resolves_or_raises_registry_error(index: object) ->
         except RegistryError:
             return
         assert GRAMMAR.fullmatch(digest)
+
+
+@given(st.one_of(st.text(max_size=140), valid_digests.map(lambda d: d + "/..")))
+@settings(max_examples=300)
+def test_blob_paths_and_urls_are_built_only_from_grammar_digests(digest: str) -> None:
+    registry = Registry("127.0.0.1:5000", plain_http=True)
+    layout = OCILayout("/nonexistent-layout")
+    ref = parse_reference("r:v1")
+    if GRAMMAR.fullmatch(digest):
+        assert registry._blob_url(ref, digest).endswith(f"/v2/r/blobs/{digest}")
+        assert layout._blob_path(digest).name == digest.split(":")[1]
+        return
+    with pytest.raises(InvalidReference):
+        registry._blob_url(ref, digest)
+    with pytest.raises(InvalidReference):
+        layout._blob_path(digest)

@@ -171,3 +171,13 @@ def test_step_env_raises_the_limits_of_the_pods_pull_container() -> None:
     env = {e["name"]: e.get("value") for e in pull["env"]}
     assert env["K8SJOBS_PULL_MAX_BYTES"] == "500G"
     assert "OTHER" not in env
+
+
+async def test_copy_refuses_a_declared_size_over_the_default_limit() -> None:
+    layer = {**file_layer("huge.bin", b"x"), "size": 200 * 1024**3}
+    async with HostileRegistry() as hostile:
+        hostile.put("v1", manifest_for([layer]))
+        async with Registry(hostile.location, plain_http=True) as registry:
+            with pytest.raises(LimitExceeded, match=r"Copying .*huge\.bin"):
+                await registry.copy("r:v1", "r:v2")
+    assert [path for _, path in hostile.requests if "/blobs/" in path] == []
