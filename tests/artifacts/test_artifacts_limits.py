@@ -181,3 +181,17 @@ async def test_copy_refuses_a_declared_size_over_the_default_limit() -> None:
             with pytest.raises(LimitExceeded, match=r"Copying .*huge\.bin"):
                 await registry.copy("r:v1", "r:v2")
     assert [path for _, path in hostile.requests if "/blobs/" in path] == []
+
+
+@pytest.mark.parametrize("send_length", [True, False], ids=["on-threads", "on-aiohttp"])
+async def test_bomb_from_a_registry_stops_at_the_ratio(send_length: bool, tmp_path: Path) -> None:
+    blob = gzip_bomb(8 * 1024**3)  # 8 MB received: over the size taken over by threads
+    layer = file_layer("d", blob, _media.LAYER_TAR_GZIP)
+    layer["annotations"] = {_media.TITLE: "d", _media.UNPACK: "true"}
+    target = tmp_path / "target"
+    async with HostileRegistry(send_length=send_length) as hostile:
+        hostile.put("v1", manifest_for([layer]), {"d": blob})
+        async with Registry(hostile.location, plain_http=True) as registry:
+            with pytest.raises(LimitExceeded, match="10 times its size"):
+                await registry.pull("r:v1", target, limits=PullLimits(max_ratio=10))
+    assert _everything(target) == []
