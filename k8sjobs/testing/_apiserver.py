@@ -461,6 +461,7 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         options = await _delete_options(request)
+        dry_run = _dry_run(request, "DeleteOptions", options.get("dryRun"))
         matches = _selectors.from_query(request.query, res.plural)
         deleted = []
         for obj in list(self.store.iter(res.plural, ns)):
@@ -474,6 +475,7 @@ class ApiServer:
                     meta["name"],
                     grace_seconds=options.get("gracePeriodSeconds"),
                     propagation=options.get("propagationPolicy"),
+                    dry_run=dry_run,
                 )
                 deleted.append(gone_obj)
         body = {

@@ -56,7 +56,7 @@ def _group(name: str, resources: Iterable[Resource]) -> dict[str, Any] | None:
     if not members:
         return None
     versions = sorted({v for r in members for v in _served(r)}, key=_version_priority)
-    preferred = members[0].version if members[0].version in versions else versions[0]
+    preferred = versions[0]  # the highest by Kubernetes version priority, as the real server
     return {
         "name": name,
         "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],

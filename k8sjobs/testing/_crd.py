@@ -248,10 +248,11 @@ class CrdController:
                 ),
             ]
         status = dict(crd.get("status", {}))
-        status["acceptedNames"] = {} if clash else _accepted_names(crd["spec"]["names"])
+        unaccepted = {"plural": "", "kind": ""}
+        status["acceptedNames"] = unaccepted if clash else _accepted_names(crd["spec"]["names"])
         status["conditions"] = conditions
         updated = dict(crd, status=status)
-        self.store.update(CRD_PLURAL, "", updated, subresource="status")
+        self.store.update(CRD_PLURAL, "", updated, subresource="status", validate=False)
 
     def delete(self, name: str) -> None:
         """Prepare a CRD for deletion: the cleanup finalizer and a Terminating condition."""

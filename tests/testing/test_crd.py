@@ -300,3 +300,60 @@ async def test_field_validation_strict_rejects_and_warn_reports_unknown_fields(
     async with http.post(f"{cluster.url}{MC}?fieldValidation=Warn", json=body) as response:
         assert response.status == 201
         assert response.headers.getall("Warning") == ['299 - "unknown field \\"spec.bogus\\""']
+
+
+async def test_status_writes_are_validated_against_the_schema(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    crd = minicluster_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["status"] = {
+        "type": "object",
+        "properties": {"ready": {"type": "integer", "minimum": 0}},
+    }
+    await define(http, cluster, crd)
+    await call(http, "POST", f"{cluster.url}{MC}", minicluster("s"))
+    merge = {"Content-Type": "application/merge-patch+json"}
+    url = f"{cluster.url}{MC}/s/status"
+    status, body = await call(http, "PATCH", url, {"status": {"ready": -1}}, **merge)
+    assert status == 422
+    assert body["details"]["causes"][0]["field"] == "status.ready"
+    status, body = await call(http, "PATCH", url, {"status": {"ready": 2}}, **merge)
+    assert (status, body["status"]) == (200, {"ready": 2})
+
+
+async def test_updating_a_crd_changes_what_its_kind_accepts(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    await define(http, cluster, minicluster_crd())
+    crds = f"{cluster.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    _, crd = await call(http, "GET", f"{crds}/miniclusters.{GROUP}")
+    version = crd["spec"]["versions"][0]
+    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"]["maximum"] = 4
+    served_too = {**version, "name": "v1beta1", "storage": False}
+    crd["spec"]["versions"] = [version, served_too]
+    status, updated = await call(http, "PUT", f"{crds}/miniclusters.{GROUP}", crd)
+    assert status == 200, updated
+    assert updated["metadata"]["generation"] == 2
+
+    def limited() -> bool:
+        resource = cluster.store.resources["miniclusters"]
+        schema = getattr(resource.hooks, "schema", {})
+        return bool(schema["properties"]["spec"]["properties"]["size"].get("maximum") == 4)
+
+    await wait_until(limited)
+    status, body = await call(http, "POST", f"{cluster.url}{MC}", minicluster("big", size=5))
+    assert status == 422
+    assert body["details"]["causes"][0]["message"] == (
+        "Invalid value: 5: spec.size in body should be less than or equal to 4"
+    )
+    other = f"{cluster.url}/apis/{GROUP}/v1beta1/namespaces/default/miniclusters"
+    status, _ = await call(
+        http, "POST", other, {**minicluster("b"), "apiVersion": f"{GROUP}/v1beta1"}
+    )
+    assert status == 201
+    _, resources = await call(http, "GET", f"{cluster.url}/apis/{GROUP}/v1beta1")
+    assert [r["name"] for r in resources["resources"]] == ["miniclusters", "miniclusters/status"]
+    _, group = await call(http, "GET", f"{cluster.url}/apis/{GROUP}")
+    assert [v["version"] for v in group["versions"]] == ["v1beta1", VERSION]
+    assert group["preferredVersion"]["version"] == "v1beta1"  # beta outranks alpha

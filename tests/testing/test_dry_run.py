@@ -98,3 +98,14 @@ async def test_an_unsupported_dry_run_value_is_422(
         'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Some"}: '
         'supported values: "All"'
     )
+
+
+async def test_dry_run_deletecollection_deletes_nothing(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    for name in ("x", "y"):
+        await call(http, "POST", f"{cluster.url}{CMS}", {"metadata": {"name": name}})
+    status, body = await call(http, "DELETE", f"{cluster.url}{CMS}?dryRun=All")
+    assert status == 200
+    assert [i["metadata"]["name"] for i in body["items"]] == ["x", "y"]
+    assert [c["metadata"]["name"] for c in cluster.objects("configmaps", "default")] == ["x", "y"]
