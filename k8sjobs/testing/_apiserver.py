@@ -266,6 +266,9 @@ class ApiServer:
         try:
             watcher = self.store.watch(res.plural, ns, matches, since)
             snapshot = (len(watcher.pending), self.store.rv)
+            if _table.wants_table(request.headers.get("Accept", "")):
+                include = query.get("includeObject", "Metadata")
+                watcher.encode = _table.watch_encoder(res, include)
         except ApiError as error:
             line = json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n"
             await response.write(line)
@@ -290,7 +293,8 @@ class ApiServer:
         while watcher.pending and left > 0:
             chunk: list[bytes] = []
             while watcher.pending and len(chunk) < min(256, left):
-                chunk.append(watcher.pending.popleft().line())
+                event = watcher.pending.popleft()
+                chunk.append(event.line() if watcher.encode is None else watcher.encode(event))
             left -= len(chunk)
             await response.write(b"".join(chunk))
 

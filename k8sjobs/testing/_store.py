@@ -76,6 +76,8 @@ class Watcher:
     closed: bool = False
     close_reason: str = ""
     silenced: bool = False
+    # How the HTTP layer writes an event, when not as its shared JSON line (Table watches).
+    encode: Callable[[Event], bytes] | None = None
 
     def offer(self, event: Event) -> None:
         """Queue `event`, or close this watcher when it has fallen too far behind."""

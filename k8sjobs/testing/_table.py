@@ -55,6 +55,25 @@ def table(
     }
 
 
+def watch_encoder(res: Resource, include: str) -> Callable[[Any], bytes]:
+    """Return a writer of watch events whose objects are one-row Tables (`kubectl get -w`).
+
+    As on a real server, only the first event carries the column definitions.
+    """
+    first = True
+
+    def encode(event: Any) -> bytes:
+        nonlocal first
+        obj = event.obj
+        rendered = table(res, [obj], obj["metadata"]["resourceVersion"], include)
+        if not first:
+            rendered["columnDefinitions"] = []
+        first = False
+        return json.dumps({"type": event.type, "object": rendered}).encode() + b"\n"
+
+    return encode
+
+
 def _partial(obj: Obj) -> Obj:
     return {
         "kind": "PartialObjectMetadata",

@@ -168,3 +168,48 @@ async def test_kubectl_delete_namespace_removes_what_it_held(kubectl: Kubectl) -
     assert 'namespace "scratch" deleted' in await kubectl("delete", "ns", "scratch")
     await wait_until(lambda: kubectl.cluster.get("namespaces", "scratch") is None)
     assert kubectl.cluster.objects("configmaps", "scratch") == []
+
+
+async def test_kubectl_get_watch_prints_rows_as_pods_change(kubectl: Kubectl) -> None:
+    process = await asyncio.create_subprocess_exec(
+        "kubectl",
+        f"--kubeconfig={kubectl.cluster.kubeconfig_path}",
+        f"--cache-dir={kubectl.directory / 'cache'}",
+        "get",
+        "pods",
+        "--watch",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            lines.append(raw.decode())
+
+    reader = asyncio.create_task(read())
+    try:
+        await wait_until(lambda: kubectl.cluster.store.watcher_count() > 0, timeout=30)
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "w"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "busybox"}],
+                    }
+                }
+            },
+        }
+        await kubectl("create", "-f", kubectl.manifest("job.yaml", job))
+        await wait_until(lambda: any("Completed" in line for line in lines), timeout=30)
+    finally:
+        process.kill()
+        await process.wait()
+        reader.cancel()
+    assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert sum(1 for line in lines if line.startswith("NAME")) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -161,3 +162,19 @@ def test_human_duration_never_grows_shorter(seconds: int) -> None:
 
     shown = magnitude(human_duration(seconds))
     assert shown <= seconds < shown + max(60.0, seconds * 0.5)
+
+
+async def test_a_table_watch_sends_one_row_tables_with_columns_first(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    url = f"{cluster.url}/api/v1/namespaces/default/configmaps"
+    await call(http, "POST", url, {"metadata": {"name": "a"}, "data": {"k": "v"}})
+    async with http.get(f"{url}?watch=1&timeoutSeconds=10", headers={"Accept": TABLE}) as response:
+        first = json.loads(await response.content.readline())
+        await call(http, "POST", url, {"metadata": {"name": "b"}})
+        second = json.loads(await response.content.readline())
+    assert first["type"] == "ADDED" and first["object"]["kind"] == "Table"
+    assert names(first["object"]) == ["Name", "Data", "Age"]
+    assert first["object"]["rows"][0]["cells"][:2] == ["a", 1]
+    assert second["object"]["columnDefinitions"] == []
+    assert second["object"]["rows"][0]["cells"][:2] == ["b", 0]
