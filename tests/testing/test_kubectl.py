@@ -16,6 +16,7 @@ from k8sjobs.testing import FakeCluster, KubeletConfig
 
 from .conftest import FAST, wait_until
 from .crdhelpers import GROUP, minicluster, minicluster_crd
+from .test_apiserver import job_body
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 
@@ -92,19 +93,7 @@ async def test_kubectl_creates_a_crd_and_gets_its_kind(kubectl: Kubectl) -> None
 
 
 async def test_kubectl_get_prints_the_servers_tables(kubectl: Kubectl) -> None:
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "hello"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
-                }
-            }
-        },
-    }
+    job = job_body("hello")
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}
     await kubectl("create", "-f", kubectl.manifest("objects.yaml", job, cm))
     await wait_until(lambda: bool(kubectl.cluster.objects("pods")))
@@ -192,19 +181,7 @@ async def test_kubectl_get_watch_prints_rows_as_pods_change(kubectl: Kubectl) ->
     reader = asyncio.create_task(read())
     try:
         await wait_until(lambda: kubectl.cluster.store.watcher_count() > 0, timeout=30)
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": "w"},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "main", "image": "busybox"}],
-                    }
-                }
-            },
-        }
+        job = job_body("w")
         await kubectl("create", "-f", kubectl.manifest("job.yaml", job))
         await wait_until(lambda: any("Completed" in line for line in lines), timeout=30)
     finally:
