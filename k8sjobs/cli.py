@@ -32,6 +32,7 @@ from .rbac import add_rbac_command
 from .render import HANDOFF_IMAGE, Target, render
 from .session import Session
 from .spec import Step
+from .sshkey import key_for
 from .state import StepResult, StepState
 from .study import (
     StepRecord,
@@ -329,7 +330,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
         store=args.registry,
         handoff_image=args.handoff_image,
     )
-    sys.stdout.write("---\n".join(render(step, target).to_yaml() for step in steps))
+    # A multi-node step gets a fresh key pair in its Secret, as when a Session submits it.
+    rendered = (render(step, target, ssh_key=key_for(step)) for step in steps)
+    sys.stdout.write("---\n".join(m.to_yaml() for m in rendered))
     return 0
 
 

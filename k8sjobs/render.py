@@ -25,7 +25,9 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
+from . import multinode
 from ._version import __version__
+from .multinode import SshKey
 from .names import job_name, label_value
 from .podsecurity import check_restricted
 from .spec import (
@@ -176,13 +178,22 @@ def placement(step: Step, target: Target) -> tuple[str, str]:
     return job_name(target.study, step.name), step.namespace or target.namespace
 
 
-def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] = {}) -> Manifests:
+def render(
+    step: Step,
+    target: Target = Target(),
+    *,
+    inputs: Mapping[str, str] = {},
+    ssh_key: SshKey | None = None,
+) -> Manifests:
     """Return the manifests that run ``step`` for ``target``.
 
     ``inputs`` pins some inputs to exact references (for example a producer's output by
     digest once it is known); other ``StepOutput`` inputs resolve to the producer's tag.
+    ``ssh_key`` is the key pair of a multi-node ``launch: ssh`` step (made by the caller at
+    submit time: render has no randomness); it goes into the Secret and not into the hash.
     """
     name, namespace = placement(step, target)
+    _check_ssh_key(step, ssh_key)
     refs = _input_references(step, target, inputs)
     outputs = {key: output_reference(target.study, step.name, key) for key in step.outputs}
     if (refs or outputs) and target.store is None:
@@ -206,7 +217,7 @@ def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] =
     _check_annotations(step, annotations)
     meta = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
     configmap = _configmap(step, target, meta, refs, outputs)
-    secret = _secret(step, meta)
+    secret = _secret(step, meta, ssh_key)
     service = _service(meta) if step.resources.nodes > 1 else None
     job = _job(step, target, meta, bool(refs), bool(outputs))
     if step.security == "restricted":
@@ -216,6 +227,16 @@ def render(step: Step, target: Target = Target(), *, inputs: Mapping[str, str] =
         if obj is not None:
             obj["metadata"]["labels"][LABEL_HASH] = spec_hash
     return Manifests(name, namespace, spec_hash, configmap, job, secret, service, outputs)
+
+
+def _check_ssh_key(step: Step, ssh_key: SshKey | None) -> None:
+    if step.launch_mode == "ssh" and ssh_key is None:
+        raise ValueError(
+            f'Step "{step.name}" runs on {step.resources.nodes} nodes with launch "ssh", so it '
+            "needs its key pair: pass ssh_key=k8sjobs.sshkey.generate_key() to render "
+            '(a Session does this), or set launch: "none"'
+        )
+    multinode.check_env(step)
 
 
 def _check_annotations(step: Step, annotations: dict[str, str]) -> None:
@@ -256,9 +277,12 @@ def _configmap(
     inputs: Mapping[str, str],
     outputs: Mapping[str, str],
 ) -> dict[str, Any]:
-    data = {"entrypoint": expand_launcher(step, str(meta["name"]))}
+    name, namespace = str(meta["name"]), str(meta["namespace"])
+    data = {"entrypoint": expand_launcher(step, name, namespace)}
     if outputs:
         data["run"] = RUN_WRAPPER
+    if step.launch_mode == "ssh":
+        data.update(multinode.config_data(step, name, namespace))
     if inputs or outputs:
         handoff = {
             "store": target.store,
@@ -279,8 +303,13 @@ def _configmap(
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(meta), "data": data}
 
 
-def _secret(step: Step, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+def _secret(step: Step, meta: Mapping[str, Any], ssh_key: SshKey | None) -> dict[str, Any] | None:
     values = {k: v.get_secret_value() for k, v in step.env.items() if isinstance(v, SecretStr)}
+    # A launched step's key pair shares the Secret: its type says what it holds.
+    kind = "Opaque"
+    if step.launch_mode == "ssh" and ssh_key is not None:
+        values.update(ssh_key.secret_data())
+        kind = "kubernetes.io/ssh-auth"
     if not values:
         return None
     data = {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())}
@@ -288,7 +317,7 @@ def _secret(step: Step, meta: Mapping[str, Any]) -> dict[str, Any] | None:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _meta(meta),
-        "type": "Opaque",
+        "type": kind,
         "data": data,
     }
 
@@ -307,23 +336,26 @@ def _service(meta: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def expand_launcher(step: Step, name: str) -> str:
+def expand_launcher(step: Step, name: str, namespace: str = "default") -> str:
     """Return the script with every ``$(LAUNCHER)[...]`` replaced by the launcher command."""
     res = step.resources
+    template = multinode.launcher_template(step)
     script, pieces, last = step.script, [], 0
     for call in find_launcher_calls(script):
         nodes, procs = call.counts(res)
         per_node = math.ceil(procs / nodes)
-        if res.nodes > 1:
-            hosts = ",".join(f"{name}-{i}.{name}:{per_node}" for i in range(nodes))
+        if step.launch_mode == "ssh":
+            names = multinode.hosts(name, namespace, nodes)
         else:
-            hosts = f"localhost:{per_node}"
-        command = step.launcher.format(
+            names = [f"{name}-{i}.{name}" for i in range(nodes)] if res.nodes > 1 else []
+        hosts = ",".join(f"{h}:{per_node}" for h in names) or f"localhost:{per_node}"
+        command = template.format(
             procs=procs,
             nodes=nodes,
             procs_per_node=per_node,
             cores_per_task=res.cores_per_task,
             hosts=hosts,
+            hostfile=f"{ENTRYPOINT_DIR}/{multinode.HOSTFILE_KEY}",
         )
         pieces += [script[last : call.start], command]
         last = call.end
@@ -358,8 +390,11 @@ def _env(step: Step, target: Target, outputs: bool) -> list[dict[str, Any]]:
     return [{"name": e["name"], "value": _literal(e["value"])} for e in env]
 
 
-def _user_env(step: Step, name: str) -> list[dict[str, Any]]:
+def _user_env(step: Step, name: str, namespace: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
+    if step.launch_mode == "ssh":  # before the user's own, so that theirs win
+        pairs = multinode.launcher_env(step, name, namespace, ENTRYPOINT_DIR)
+        env += [{"name": key, "value": _literal(value)} for key, value in pairs]
     if "OMP_NUM_THREADS" not in step.env:
         env.append({"name": "OMP_NUM_THREADS", "value": str(step.resources.cores_per_task)})
     for key, value in step.env.items():
@@ -384,7 +419,10 @@ def _resources(step: Step) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _main_container(step: Step, target: Target, name: str, outputs: bool) -> dict[str, Any]:
+def _main_container(
+    step: Step, target: Target, meta: Mapping[str, Any], outputs: bool
+) -> dict[str, Any]:
+    name, namespace = str(meta["name"]), str(meta["namespace"])
     entrypoint = f"{ENTRYPOINT_DIR}/entrypoint"
     argv = [*step.argv, entrypoint]
     command = ["/bin/sh", f"{ENTRYPOINT_DIR}/run", *argv] if outputs else argv
@@ -394,15 +432,22 @@ def _main_container(step: Step, target: Target, name: str, outputs: bool) -> dic
     ]
     if outputs:
         mounts.append({"name": "status", "mountPath": STATUS_DIR})
+    launched = step.launch_mode == "ssh"
+    if launched:  # the role wrapper picks launcher or worker by JOB_COMPLETION_INDEX
+        command = ["/bin/sh", f"{ENTRYPOINT_DIR}/{multinode.ROLE_KEY}", *command]
+        mounts.append({"name": "ssh", "mountPath": step.ssh_home, "readOnly": True})
+        mounts.append({"name": "sshd", "mountPath": multinode.SSHD_DIR})
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": step.image,
         "command": command,
         "workingDir": step.workdir,
-        "env": _env(step, target, outputs) + _user_env(step, name),
+        "env": _env(step, target, outputs) + _user_env(step, name, namespace),
         "resources": _resources(step),
         "volumeMounts": mounts,
     }
+    if launched:
+        container["readinessProbe"] = multinode.readiness_probe()
     if step.security == "restricted":
         container["securityContext"] = _restricted()
         mounts.append({"name": "tmp", "mountPath": "/tmp"})
@@ -449,10 +494,20 @@ def _volumes(step: Step, target: Target, name: str, outputs: bool) -> list[dict[
         items.append({"key": "run", "path": "run", "mode": 0o555})
     if step.inputs or step.outputs:
         items.append({"key": "handoff.json", "path": "handoff.json", "mode": 0o444})
+    launched = step.launch_mode == "ssh"
+    if launched:
+        items += [
+            {"key": multinode.ROLE_KEY, "path": multinode.ROLE_KEY, "mode": 0o555},
+            {"key": multinode.HOSTFILE_KEY, "path": multinode.HOSTFILE_KEY, "mode": 0o444},
+            {"key": multinode.SSHD_CONFIG_KEY, "path": multinode.SSHD_CONFIG_KEY, "mode": 0o444},
+        ]
     volumes: list[dict[str, Any]] = [
         {"name": "entrypoint", "configMap": {"name": name, "defaultMode": 0o555, "items": items}},
         {"name": "work", "emptyDir": {}},
     ]
+    if launched:
+        volumes.append({"name": "ssh", "secret": multinode.secret_volume(name)})
+        volumes.append({"name": "sshd", "emptyDir": {}})
     if outputs:
         volumes.append({"name": "status", "emptyDir": {}})
     if step.security == "restricted":
@@ -470,8 +525,11 @@ def _volumes(step: Step, target: Target, name: str, outputs: bool) -> list[dict[
     return volumes
 
 
-def _pod_spec(step: Step, target: Target, name: str, inputs: bool, outputs: bool) -> dict[str, Any]:
-    containers = [_main_container(step, target, name, outputs)]
+def _pod_spec(
+    step: Step, target: Target, meta: Mapping[str, Any], inputs: bool, outputs: bool
+) -> dict[str, Any]:
+    name = str(meta["name"])
+    containers = [_main_container(step, target, meta, outputs)]
     if outputs:
         containers.append(_handoff_container(step, target, name, "push", outputs))
     spec: dict[str, Any] = {
@@ -516,7 +574,6 @@ def _job(
     inputs: bool,
     outputs: bool,
 ) -> dict[str, Any]:
-    name = str(meta["name"])
     nodes = step.resources.nodes
     template_meta = {"labels": dict(meta["labels"]), "annotations": dict(meta["annotations"])}
     spec: dict[str, Any] = {
@@ -525,11 +582,15 @@ def _job(
         "parallelism": nodes,
         "template": {
             "metadata": template_meta,
-            "spec": _pod_spec(step, target, name, inputs, outputs),
+            "spec": _pod_spec(step, target, meta, inputs, outputs),
         },
     }
     if nodes > 1:
         spec["completionMode"] = "Indexed"
+    if step.launch_mode == "ssh":
+        # Index 0 decides success; an index failing past its retries fails the Job at once.
+        del spec["backoffLimit"]
+        spec.update(multinode.job_policy(step))
     if step.walltime is not None:
         spec["activeDeadlineSeconds"] = math.ceil(step.walltime.total_seconds())
     if step.ttl_after_finished is not None:

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from .backend import Backend
 from .errors import SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
+from .multinode import SshKey
 from .render import HANDOFF_IMAGE, Manifests, Target, placement, render
 from .spec import Step, StepOutput
+from .sshkey import key_for
 from .state import StepResult, StepState
 
 if TYPE_CHECKING:
@@ -85,6 +87,8 @@ class Session:
         if not isinstance(backend, str):
             self._backends[backend.kind] = backend
         self._handles: dict[str, StepHandle] = {}
+        # One key pair per multi-node step, kept so a re-render sends the same Secret.
+        self._ssh_keys: dict[str, SshKey] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()
         self._started = False
@@ -344,7 +348,11 @@ class Session:
             outputs = self._handles[source.step].result.outputs
             if source.output in outputs:
                 pinned[key] = outputs[source.output]
-        return render(step, self._target(self._backend_of(handle)), inputs=pinned)
+        ssh_key = self._ssh_keys.get(handle.name)
+        if ssh_key is None and (ssh_key := key_for(step)) is not None:
+            self._ssh_keys[handle.name] = ssh_key
+        target = self._target(self._backend_of(handle))
+        return render(step, target, inputs=pinned, ssh_key=ssh_key)
 
     def _backend_of(self, handle: StepHandle) -> Backend:
         """Return the backend of ``handle`` (the handle itself sees only its StepControl)."""

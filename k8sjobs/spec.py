@@ -54,7 +54,9 @@ __all__ = [
 
 DEFAULT_IMAGE = "python:3.12-slim"
 DEFAULT_LAUNCHER = "mpirun -np {procs} --host {hosts}"
-LAUNCHER_FIELDS = ("procs", "nodes", "procs_per_node", "cores_per_task", "hosts")
+SSH_DIR_ROOT = "/root/.ssh"
+SSH_DIR_NONROOT = "/home/nonroot/.ssh"
+LAUNCHER_FIELDS = ("procs", "nodes", "procs_per_node", "cores_per_task", "hosts", "hostfile")
 KNOWN_SHELLS: dict[str, tuple[str, ...]] = {
     "bash": ("/bin/bash",),
     "sh": ("/bin/sh",),
@@ -429,6 +431,14 @@ class Step(_Model):
     outputs: dict[str, str] = {}
     launcher: str = DEFAULT_LAUNCHER
     security: Literal["default", "restricted"] = "default"
+    # Multi-node steps (nodes > 1): how the launcher (index 0) reaches the workers; see
+    # k8sjobs/multinode.py. None means "ssh" when nodes > 1.
+    launch: Literal["ssh", "none"] | None = None
+    mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
+    ssh_dir: str | None = Field(None, description="Where the step's key pair is mounted.")
+    worker_wait: Duration = Field(
+        timedelta(minutes=5), description="How long the launcher waits for its workers."
+    )
 
     @classmethod
     def from_script_file(cls, path: str | Path, **fields: Any) -> Step:
@@ -615,6 +625,60 @@ class Step(_Model):
                 + ", ".join("{" + f + "}" for f in LAUNCHER_FIELDS)
             )
         return value
+
+    @field_validator("ssh_dir")
+    @classmethod
+    def _ssh_dir_is_absolute(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        normal = posixpath.normpath(value)
+        # MPI splits its ssh arguments (which name the key's path) on white space.
+        plain = re.fullmatch(r"[A-Za-z0-9._/-]+", value)
+        if not plain or not value.startswith("/") or normal == "/" or normal.startswith("/k8sjobs"):
+            raise ValueError(
+                f'"{value}" must be an absolute directory other than "/" and outside '
+                '/k8sjobs, of letters, digits and ._-/ only, e.g. "/home/mpiuser/.ssh"'
+            )
+        return normal
+
+    @field_validator("worker_wait")
+    @classmethod
+    def _worker_wait_positive(cls, value: timedelta | None) -> timedelta:
+        if value is None or not 1 <= value.total_seconds() <= INT32_MAX:
+            raise ValueError(f'must be between 1 and {INT32_MAX} seconds, e.g. 300 or "5m"')
+        return value
+
+    @property
+    def launch_mode(self) -> Literal["ssh", "none"]:
+        """Return how a multi-node step is launched ("none" for one node: nothing to reach)."""
+        if self.resources.nodes == 1:
+            return "none"
+        return self.launch or "ssh"
+
+    @property
+    def ssh_home(self) -> str:
+        """Return where the key pair is mounted: ``ssh_dir``, else the user's ``~/.ssh``.
+
+        Restricted pods run as uid 65532, the "nonroot" user of distroless and Chainguard
+        images, whose home is /home/nonroot.
+        """
+        if self.ssh_dir is not None:
+            return self.ssh_dir
+        return SSH_DIR_NONROOT if self.security == "restricted" else SSH_DIR_ROOT
+
+    @model_validator(mode="after")
+    def _ssh_dir_outside_workdir(self) -> Step:
+        # The key pair must never be pushed as (part of) an output.
+        ssh_dir = self.ssh_home
+        if self.launch_mode == "ssh" and (ssh_dir + "/").startswith(self.workdir + "/"):
+            raise _field_error(
+                "Step",
+                ("ssh_dir",),
+                f'"{ssh_dir}" is inside the work directory "{self.workdir}", whose files may '
+                'be pushed as outputs; keep the key pair elsewhere, e.g. "/root/.ssh"',
+                ssh_dir,
+            )
+        return self
 
     @model_validator(mode="after")
     def _launcher_counts_fit(self) -> Step:

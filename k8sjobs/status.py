@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from .multinode import is_launched
 from .render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
 from .state import StepResult, StepState
 
@@ -44,6 +45,13 @@ _FAILED_CONDITIONS = ("Failed", "FailureTarget")
 _COMPLETE_CONDITIONS = ("Complete", "SuccessCriteriaMet")
 # Job-level reasons that already say what decided the failure; the exit code goes along.
 _POLICY_REASONS = frozenset({"DeadlineExceeded", "PodFailurePolicy", "MaxFailedIndexesExceeded"})
+# Failures of a launched step that the whole step is to blame for, not one index.
+_WHOLE_JOB_REASONS = frozenset({"DeadlineExceeded"})
+# Termination messages the multi-node role wrapper writes ("Reason: sentence").
+_WRAPPER_REASONS = ("WorkersUnreachable", "WorkerSetupFailed")
+# Exit codes of a container stopped by SIGTERM or SIGKILL: stopped, not failed by itself.
+_STOPPED_CODES = frozenset({137, 143})
+_INDEX = "batch.kubernetes.io/job-completion-index"
 
 Obj = Mapping[str, Any]
 
@@ -66,12 +74,20 @@ def judge(job: Obj, pods: Iterable[Obj], *, now: datetime, pending_grace: float)
     status = job.get("status") or {}
     failed = _condition(status, _FAILED_CONDITIONS)
     if failed is not None:
-        return _failed(base, failed, ordered)
+        return _failed(base, job, failed, ordered)
     complete = _condition(status, _COMPLETE_CONDITIONS)
     if complete is not None:
         finished = parse_time(status.get("completionTime")) or _transition(complete)
+        message = ""
+        if complete.get("reason") == "SuccessPolicy":
+            # SuccessCriteriaMet comes first: the step is done, the workers are being stopped.
+            message = "the launcher (index 0) succeeded; Kubernetes stops the workers"
         return base.evolve(
-            state=StepState.SUCCEEDED, reason="Completed", exit_code=0, finished_at=finished
+            state=StepState.SUCCEEDED,
+            reason="Completed",
+            message=message,
+            exit_code=0,
+            finished_at=finished,
         )
     return _live(base, job, ordered, now=now, grace=pending_grace)
 
@@ -139,7 +155,7 @@ def _terminated(container: Obj | None) -> Obj | None:
     return found
 
 
-def _failed(base: StepResult, cond: Obj, pods: list[Obj]) -> StepResult:
+def _failed(base: StepResult, job: Obj, cond: Obj, pods: list[Obj]) -> StepResult:
     """Return a FAILED result whose reason names the most specific cause found."""
     job_reason = str(cond.get("reason") or "Failed")
     result = base.evolve(
@@ -151,6 +167,8 @@ def _failed(base: StepResult, cond: Obj, pods: list[Obj]) -> StepResult:
     failed_pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
     if not failed_pods:
         return result
+    if is_launched(job) and job_reason not in _WHOLE_JOB_REASONS:
+        return _launch_failed(result, failed_pods)
     reason, message, code = _pod_failure(failed_pods[-1])
     if job_reason in _POLICY_REASONS:
         return result.evolve(exit_code=code, message=f"{result.message}; last pod: {message}")
@@ -160,6 +178,49 @@ def _failed(base: StepResult, cond: Obj, pods: list[Obj]) -> StepResult:
     else:
         message += f" ({job_reason})"
     return result.evolve(reason=reason, message=message, exit_code=code)
+
+
+def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:
+    """Return why a launched step failed: its launcher's exit, or the worker that died.
+
+    Any failed index fails the Job at once, and the job controller then stops the rest, so
+    several pods end Failed; the one to blame ended first. On a tie (one second apart at
+    most) a launcher that exited by itself is blamed, one that was stopped is not.
+    """
+    culprit = min(failed_pods, key=_blame_order)
+    index = _pod_index(culprit)
+    reason, message, code = _pod_failure(culprit)
+    # Workers the controller stopped after the failure are not news; ones that died are.
+    died = [p for p in failed_pods if _code(_terminated(_main(p))) not in _STOPPED_CODES]
+    others = sorted({_pod_index(p) for p in died} - {index, 0, -1})
+    also = f" (worker index {', '.join(map(str, others))} also failed)" if others else ""
+    if index <= 0:
+        return result.evolve(reason=reason, message=message + also, exit_code=code)
+    name = (culprit.get("metadata") or {}).get("name", "")
+    return result.evolve(
+        reason="WorkerFailed",
+        message=f"worker index {index} (pod {name}) failed: {message}{also}",
+        exit_code=code,
+    )
+
+
+def _blame_order(pod: Obj) -> tuple[str, int, int]:
+    main = _terminated(_main(pod)) or {}
+    index = _pod_index(pod)
+    stopped = _code(main) in _STOPPED_CODES
+    # Within one second: a launcher that exited on its own, then workers, then what was
+    # stopped (by SIGTERM or SIGKILL), the launcher last: it is stopped for the others.
+    rank = 2 * stopped + (index > 0 if not stopped else index <= 0)
+    return str(main.get("finishedAt") or "~"), rank, index
+
+
+def _pod_index(pod: Obj) -> int:
+    meta = pod.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(_INDEX) or (meta.get("labels") or {}).get(_INDEX)
+    try:
+        return int(text) if text is not None else -1
+    except ValueError:
+        return -1
 
 
 def _pod_failure(pod: Obj) -> tuple[str, str, int | None]:
@@ -173,6 +234,10 @@ def _pod_failure(pod: Obj) -> tuple[str, str, int | None]:
         pull_code = int(pull["exitCode"])
         return "InputPullFailed", f"pulling the inputs failed with exit code {pull_code}", None
     main = _terminated(_main(pod))
+    said = str((main or {}).get("message") or "").strip()
+    for known in _WRAPPER_REASONS:
+        if said.startswith(f"{known}: "):
+            return known, said.removeprefix(f"{known}: "), _code(main)
     if main is not None and main.get("reason") == "OOMKilled":
         return "OOMKilled", "container step ran out of memory (OOMKilled)", _code(main)
     code = _code(main)

@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_validate import utils as kv
 from pydantic import SecretStr
+from ssh_keys import TEST_KEY
 
+from k8sjobs.multinode import SshKey
 from k8sjobs.names import is_dns_label
 from k8sjobs.render import (
     LABEL_HASH,
@@ -37,11 +39,24 @@ from k8sjobs.render import (
     Manifests,
     Target,
     expand_launcher,
-    render,
 )
+from k8sjobs.render import render as render_any
 from k8sjobs.spec import KNOWN_SHELLS, Resources, SecretKeyRef, Step, StepOutput, Toleration
 
 GOLDEN = Path(__file__).parent / "golden"
+
+
+def render(
+    step: Step,
+    target: Target | None = None,
+    *,
+    inputs: dict[str, str] | None = None,
+    ssh_key: SshKey | None = TEST_KEY,
+) -> Manifests:
+    """Render with the fixed test key pair (a multi-node ssh step needs one)."""
+    return render_any(step, target or Target(), inputs=inputs or {}, ssh_key=ssh_key)
+
+
 K8S_VERSION = kv.latest_version()
 STORE = Target(study="genome", namespace="science", store="registry.example:5000/k8sjobs")
 
@@ -225,6 +240,9 @@ def steps(draw: st.DrawFn) -> Step:
             )
         ),
         security=draw(st.sampled_from(["default", "restricted"])),
+        launch=draw(st.sampled_from([None, "ssh", "none"])),
+        mpi=draw(st.sampled_from(["openmpi", "mpich", "intel"])),
+        ssh_dir=draw(st.sampled_from([None, "/home/mpiuser/.ssh"])),
     )
 
 
@@ -258,6 +276,8 @@ def test_every_rendered_object_is_valid_kubernetes(step: Step, target: Target) -
 
 def assert_secrets_only_in_secret(step: Step, manifests: Manifests) -> None:
     secrets = [v.get_secret_value() for v in step.env.values() if isinstance(v, SecretStr)]
+    if step.launch_mode == "ssh":
+        secrets.append(TEST_KEY.private)
     for obj in manifests.objects():
         text = yaml.safe_dump(obj)
         for value in secrets:
@@ -338,7 +358,7 @@ def test_multi_node_step_is_an_indexed_job_with_a_headless_service() -> None:
     assert m.service["spec"]["clusterIP"] == "None"
     assert m.service["spec"]["selector"] == {"batch.kubernetes.io/job-name": m.name}
     assert m.service["spec"]["publishNotReadyAddresses"] is True
-    assert [o["kind"] for o in m.objects()] == ["ConfigMap", "Service", "Job"]
+    assert [o["kind"] for o in m.objects()] == ["ConfigMap", "Secret", "Service", "Job"]
 
 
 def _hosts(name: str, slots: list[int]) -> str:
@@ -362,14 +382,25 @@ def _hosts(name: str, slots: list[int]) -> str:
 def test_launcher_expands_with_process_count_and_hosts(
     nodes: int, tasks: int, call: str, np: int, slots: list[int] | None
 ) -> None:
-    step = Step(name="s", script=f"{call} ./a.out", resources=Resources(nodes=nodes, tasks=tasks))
+    res = Resources(nodes=nodes, tasks=tasks)
+    step = Step(name="s", script=f"{call} ./a.out", resources=res, launch="none")
     name = "job"
     hosts = f"localhost:{np}" if slots is None else _hosts(name, slots)
     assert expand_launcher(step, name) == f"mpirun -np {np} --host {hosts} ./a.out"
+    launched = Step(name="s", script=f"{call} ./a.out", resources=res)
+    hostfile = "/k8sjobs/entrypoint/hostfile"
+    expected = (
+        f"mpirun -np {np} --host {hosts}"
+        if nodes == 1
+        else f"mpirun -np {np} --hostfile {hostfile}"
+    )
+    assert expand_launcher(launched, name) == f"{expected} ./a.out"
 
 
 def test_launcher_hosts_are_the_indexed_pod_hostnames() -> None:
-    step = Step(name="mpi", script="$(LAUNCHER)", resources=Resources(nodes=2, tasks=2))
+    step = Step(
+        name="mpi", script="$(LAUNCHER)", resources=Resources(nodes=2, tasks=2), launch="none"
+    )
     m = render(step)
     assert m.configmap["data"]["entrypoint"] == f"mpirun -np 2 --host {_hosts(m.name, [1, 1])}"
 
@@ -491,12 +522,13 @@ _HASH_SCRIPT = """
 from pydantic import SecretStr
 from k8sjobs.render import render, Target
 from k8sjobs.spec import Resources, Step
+from k8sjobs.sshkey import generate_key
 step = Step(name="train", script="$(LAUNCHER) python train.py",
             resources=Resources(nodes=2, tasks=4, gpus=1, memory="4Gi"),
             env={"TOKEN": SecretStr("hunter2"), "MODE": "fast"},
             inputs={"data": "registry.example:5000/d:1"}, outputs={"model": "model.pt"}, queue="q")
 print(render(step, Target(study="genome", namespace="science",
-                          store="registry.example:5000/k8sjobs")).spec_hash)
+                          store="registry.example:5000/k8sjobs"), ssh_key=generate_key()).spec_hash)
 """
 
 

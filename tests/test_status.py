@@ -99,6 +99,22 @@ def test_failure_between_retries_reads_backoff_retry() -> None:
     assert "BackoffRetry" in {r.reason for r in results}
 
 
+def test_launcher_success_completes_at_success_criteria_met() -> None:
+    # The launcher (index 0) succeeds at 3.3 s; the job controller sets SuccessCriteriaMet at
+    # 4.17 s and stops the two workers (exit 143), then Complete at 5.17 s, both with reason
+    # SuccessPolicy: the step is SUCCEEDED from SuccessCriteriaMet on, never FAILED by the
+    # stopped workers, and finished when the criteria were met (not when they were gone).
+    results = list(_replay(REFERENCE / "job-success-policy-index0.json"))
+    first = next(r for r in results if r.state is S)
+    assert (first.reason, first.exit_code) == ("Completed", 0)
+    assert first.message == "the launcher (index 0) succeeded; Kubernetes stops the workers"
+    assert first.finished_at == datetime(2026, 11, 30, 13, 43, 54, tzinfo=UTC)
+    after = results[results.index(first) :]
+    assert {r.state for r in after} == {S}
+    assert after[-1].finished_at == datetime(2026, 11, 30, 13, 43, 56, tzinfo=UTC)
+    assert len(after[-1].pods) == 1  # the stopped workers were deleted
+
+
 def test_deadline_exceeded_is_noticed_at_failure_target() -> None:
     results = list(_replay(REFERENCE / "job-deadline-exceeded.json"))
     first_failed = next(r for r in results if r.state is F)
@@ -281,3 +297,74 @@ def test_complete_takes_the_completion_time() -> None:
     result = _judge(_job(("Complete", "CompletionsReached"), completionTime=_ts(5)))
     assert (result.state, result.exit_code) == (S, 0)
     assert result.duration == 5
+
+
+# Launched (multi-node, launch: ssh) steps -----------------------------------------------
+
+
+def _launched(*conditions: tuple[str, str], **status: Any) -> dict[str, Any]:
+    job = _job(*conditions, **status)
+    job["spec"] = {"successPolicy": {"rules": [{"succeededIndexes": "0"}]}}
+    return job
+
+
+def _indexed(index: int, code: int, finished: float, message: str = "") -> dict[str, Any]:
+    terminated = {"exitCode": code, "reason": "Error", "finishedAt": _ts(finished)}
+    if message:
+        terminated["message"] = message
+    pod = _pod("Failed", {"name": "step", "state": {"terminated": terminated}})
+    pod["metadata"]["name"] = f"s-1-{index}-abcde"
+    pod["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": str(index)}
+    return pod
+
+
+_MAX = ("Failed", "MaxFailedIndexesExceeded")
+
+
+def test_launcher_failure_is_the_script_exit_code_not_the_stopped_workers() -> None:
+    pods = [_indexed(0, 3, 4), _indexed(1, 143, 4), _indexed(2, 143, 5)]
+    result = _judge(_launched(_MAX), *pods)
+    assert (result.state, result.reason, result.exit_code) == (F, "ExitCode", 3)
+    assert result.message == "the script exited with code 3"
+
+
+@pytest.mark.parametrize("launcher_code", [143, 1])
+def test_a_worker_that_died_first_is_named_by_its_index(launcher_code: int) -> None:
+    # The worker died at 4 s; the launcher ended after it (stopped, or its mpirun gave up).
+    pods = [_indexed(0, launcher_code, 5), _indexed(1, 0, 2), _indexed(2, 137, 4)]
+    pods[1]["status"]["phase"] = "Succeeded"
+    result = _judge(_launched(_MAX), *pods)
+    assert (result.state, result.reason, result.exit_code) == (F, "WorkerFailed", 137)
+    assert result.message.startswith("worker index 2 (pod s-1-2-abcde) failed: ")
+
+
+def test_a_worker_stopped_in_the_launchers_second_is_not_blamed() -> None:
+    pods = [_indexed(1, 143, 4), _indexed(0, 2, 4)]
+    result = _judge(_launched(_MAX), *pods)
+    assert (result.reason, result.exit_code) == ("ExitCode", 2)
+
+
+def test_a_stopped_launcher_in_the_workers_second_is_not_blamed() -> None:
+    pods = [_indexed(0, 143, 4), _indexed(1, 1, 4)]
+    result = _judge(_launched(_MAX), *pods)
+    assert (result.reason, result.exit_code) == ("WorkerFailed", 1)
+    assert "worker index 1" in result.message
+
+
+def test_other_workers_that_died_are_mentioned() -> None:
+    pods = [_indexed(0, 143, 6), _indexed(3, 1, 4), _indexed(1, 1, 5), _indexed(2, 143, 6)]
+    result = _judge(_launched(_MAX), *pods)
+    assert result.message.startswith("worker index 3 ")
+    assert result.message.endswith("(worker index 1 also failed)")
+
+
+def test_unreachable_workers_are_the_reason_not_an_exit_code() -> None:
+    said = "WorkersUnreachable: worker w-1.w.ns.svc did not answer on port 2222 within 300s"
+    result = _judge(_launched(_MAX), _indexed(0, 1, 300, said), _indexed(1, 143, 301))
+    assert result.reason == "WorkersUnreachable"
+    assert result.message.startswith("worker w-1.w.ns.svc did not answer")
+
+
+def test_a_launched_step_past_its_walltime_says_deadline() -> None:
+    result = _judge(_launched(("Failed", "DeadlineExceeded")), _indexed(0, 143, 9))
+    assert result.reason == "DeadlineExceeded"

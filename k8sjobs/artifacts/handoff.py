@@ -258,6 +258,11 @@ async def run_push(
     ``exit_code`` replaces the wait for the marker where the caller knows when the main
     container ended (the local runners); it returns None when the step left no marker.
     """
+    index = env.get("JOB_COMPLETION_INDEX", "0")
+    if index != "0":  # a multi-node step: its outputs are index 0's, pushed once
+        # Not waiting first: a worker's main container (sshd) never leaves an exit code.
+        print(f"k8sjobs handoff: index {index}; index 0 pushes the outputs.", file=err)
+        return 0
     status_dir = _env_dir(env, "K8SJOBS_STATUS_DIR")
     code = await (exit_code() if exit_code is not None else wait_for_exit_code(status_dir, timeout))
     if code is None:
@@ -265,10 +270,6 @@ async def run_push(
         return 0
     if code != 0:
         print(f"k8sjobs handoff: the step exited with {code}; no outputs pushed.", file=err)
-        return 0
-    index = env.get("JOB_COMPLETION_INDEX", "0")
-    if index != "0":  # a multi-node step: its outputs are index 0's, pushed once
-        print(f"k8sjobs handoff: index {index}; index 0 pushes the outputs.", file=err)
         return 0
     results = await push_outputs(config, _env_dir(env, "K8SJOBS_WORKDIR"), stores)
     await asyncio.to_thread(_write_json_atomically, status_dir / OUTPUTS_FILE, results)

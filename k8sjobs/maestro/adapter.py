@@ -50,6 +50,7 @@ from ..kube.watch import wait_deleted
 from ..names import is_dns_label, job_name
 from ..render import MAIN_CONTAINER, Manifests, Target, render
 from ..spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
+from ..sshkey import key_for
 from ..state import StepResult, StepState
 from ..status import judge
 from ..sync import run
@@ -475,7 +476,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 plain_http=merged["plain_http"],
                 registry_secret=merged["registry_secret"],
             )
-            return render(spec, target)
+            return render(spec, target, ssh_key=key_for(spec))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

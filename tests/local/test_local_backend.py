@@ -131,7 +131,8 @@ async def test_two_nodes_run_two_pods_with_completion_indexes(
     out = tmp_path / "indexes"
     out.mkdir()
     script = f"echo $HOSTNAME > {out}/$JOB_COMPLETION_INDEX"
-    step = Step(name="mpi", script=script, resources=Resources(nodes=2, tasks=2))
+    # launch: none, every index runs the script (launch: ssh is the launcher/worker split).
+    step = Step(name="mpi", script=script, resources=Resources(nodes=2, tasks=2), launch="none")
     result = await (await session.submit(step)).wait(timeout=10)
     assert result.ok
     assert sorted(p.name for p in out.iterdir()) == ["0", "1"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,14 @@ from pydantic import SecretStr, ValidationError
 
 from k8sjobs.local import LocalBackend
 from k8sjobs.local.podrunner import PodRunner
-from k8sjobs.render import Manifests, Target, render
+from k8sjobs.render import Manifests, Target
+from k8sjobs.render import render as render_any
 from k8sjobs.session import Session
 from k8sjobs.spec import Step
+from k8sjobs.sshkey import generate_key
+
+# Multi-node steps are launched over ssh: they render with a key pair.
+render = partial(render_any, ssh_key=generate_key())
 
 DUMP = """\
 import json, os, pathlib

@@ -3,6 +3,7 @@ admits; the handoff containers meet it in every mode; the checker catches each r
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -11,8 +12,13 @@ from pydantic import SecretStr
 from k8sjobs.podsecurity import check_baseline, check_restricted
 from k8sjobs.render import PULL_CONTAINER as PULL
 from k8sjobs.render import PUSH_CONTAINER as PUSH
-from k8sjobs.render import Manifests, Target, render
+from k8sjobs.render import Manifests, Target
+from k8sjobs.render import render as render_any
 from k8sjobs.spec import Resources, SecretKeyRef, Step, Toleration
+from k8sjobs.sshkey import generate_key
+
+# Multi-node steps are launched over ssh: they render with a key pair.
+render = partial(render_any, ssh_key=generate_key())
 
 REGISTRY = Target(study="sec", store="registry.example:5000/k8sjobs", registry_secret="regcred")
 LAYOUT = Target(study="sec", store="oci:/srv/artifacts")

@@ -4,6 +4,7 @@ which right to grant."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,18 @@ from pydantic import SecretStr
 from k8sjobs.cli import main
 from k8sjobs.errors import Forbidden
 from k8sjobs.rbac import RULES, rbac_objects, rbac_yaml
-from k8sjobs.render import LABEL_STUDY, Target, render
+from k8sjobs.render import LABEL_STUDY, Target
+from k8sjobs.render import render as render_any
 from k8sjobs.session import Session
 from k8sjobs.spec import Resources, Step
+from k8sjobs.sshkey import generate_key
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 
 from .sechelpers import Rbac, forbidden, pairs, run_cli, used
+
+# Multi-node steps are launched over ssh: they render with a key pair.
+render = partial(render_any, ssh_key=generate_key())
 
 FAKE = "fake.k8sjobs.io/"
 STORE = "registry.invalid:5000/k8sjobs"

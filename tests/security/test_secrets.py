@@ -14,6 +14,7 @@ import logging
 import secrets
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,18 @@ from pydantic import SecretStr
 
 from k8sjobs.artifacts import AuthenticationError, Registry
 from k8sjobs.errors import ApiError
-from k8sjobs.render import Target, render
+from k8sjobs.render import Target
+from k8sjobs.render import render as render_any
 from k8sjobs.session import Session
 from k8sjobs.spec import Resources, Step
+from k8sjobs.sshkey import generate_key
 from k8sjobs.testing import ControllerConfig, Event, FakeCluster
 from k8sjobs.testing.registry import RegistryServer, registry_available, start_registry
 
 from .sechelpers import run_cli
+
+# Multi-node steps are launched over ssh: they render with a key pair.
+render = partial(render_any, ssh_key=generate_key())
 
 FAKE = "fake.k8sjobs.io/"
 FAST = ControllerConfig(batch_period=0.02, backoff_base=0.05, backoff_max=0.5, time_scale=0.2)
