@@ -49,8 +49,6 @@ _POLICY_REASONS = frozenset({"DeadlineExceeded", "PodFailurePolicy", "MaxFailedI
 _WHOLE_JOB_REASONS = frozenset({"DeadlineExceeded"})
 # Termination messages the multi-node role wrapper writes ("Reason: sentence").
 _WRAPPER_REASONS = ("WorkersUnreachable", "WorkerSetupFailed")
-# Exit codes of a container stopped by SIGTERM or SIGKILL: stopped, not failed by itself.
-_STOPPED_CODES = frozenset({137, 143})
 _INDEX = "batch.kubernetes.io/job-completion-index"
 
 Obj = Mapping[str, Any]
@@ -185,13 +183,13 @@ def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:
 
     Any failed index fails the Job at once, and the job controller then stops the rest, so
     several pods end Failed; the one to blame ended first. On a tie (one second apart at
-    most) a launcher that exited by itself is blamed, one that was stopped is not.
+    most) a launcher that exited by itself is blamed, a pod that was deleted is not.
     """
     culprit = min(failed_pods, key=_blame_order)
     index = _pod_index(culprit)
     reason, message, code = _pod_failure(culprit)
     # Workers the controller stopped after the failure are not news; ones that died are.
-    died = [p for p in failed_pods if _code(_terminated(_main(p))) not in _STOPPED_CODES]
+    died = [p for p in failed_pods if not _stopped(p)]
     others = sorted({_pod_index(p) for p in died} - {index, 0, -1})
     also = f" (worker index {', '.join(map(str, others))} also failed)" if others else ""
     if index <= 0:
@@ -204,12 +202,17 @@ def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:
     )
 
 
+def _stopped(pod: Obj) -> bool:
+    """Return whether ``pod`` ended because it was deleted (by the job controller, mostly)."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _blame_order(pod: Obj) -> tuple[str, int, int]:
     main = _terminated(_main(pod)) or {}
     index = _pod_index(pod)
-    stopped = _code(main) in _STOPPED_CODES
-    # Within one second: a launcher that exited on its own, then workers, then what was
-    # stopped (by SIGTERM or SIGKILL), the launcher last: it is stopped for the others.
+    stopped = _stopped(pod)
+    # Within one second: a launcher that exited on its own, then workers, then pods that
+    # were deleted, the launcher last: the job controller stops it for the others.
     rank = 2 * stopped + (index > 0 if not stopped else index <= 0)
     return str(main.get("finishedAt") or "~"), rank, index
 

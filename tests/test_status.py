@@ -315,6 +315,8 @@ def _indexed(index: int, code: int, finished: float, message: str = "") -> dict[
     pod = _pod("Failed", {"name": "step", "state": {"terminated": terminated}})
     pod["metadata"]["name"] = f"s-1-{index}-abcde"
     pod["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": str(index)}
+    if code == 143:  # stopped: the job controller (or a person) deleted it
+        pod["metadata"]["deletionTimestamp"] = _ts(finished + 30)
     return pod
 
 

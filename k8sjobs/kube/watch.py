@@ -89,8 +89,15 @@ _KEEP_LABELS = (
     "kueue.x-k8s.io/queue-name",
     "batch.kubernetes.io/job-name",
     "job-name",
+    "batch.kubernetes.io/job-completion-index",
 )
-_KEEP_ANNOTATIONS = ("k8sjobs.io/step-name", "k8sjobs.io/study-name", "k8sjobs.io/outputs")
+_KEEP_ANNOTATIONS = (
+    "k8sjobs.io/step-name",
+    "k8sjobs.io/study-name",
+    "k8sjobs.io/outputs",
+    # judge() names the index of a multi-node step's failed pod.
+    "batch.kubernetes.io/job-completion-index",
+)
 
 
 def slim(obj: Mapping[str, Any]) -> Obj:
@@ -104,11 +111,10 @@ def slim(obj: Mapping[str, Any]) -> Obj:
     owners = meta.get("ownerReferences") or []
     kept["ownerReferences"] = [{"kind": o.get("kind"), "name": o.get("name")} for o in owners]
     spec = obj.get("spec") or {}
-    return {
-        "metadata": kept,
-        "spec": {"suspend": spec.get("suspend")},
-        "status": obj.get("status") or {},
-    }
+    kept_spec = {"suspend": spec.get("suspend")}
+    if "successPolicy" in spec:  # a multi-node launch: judge() reads who decides
+        kept_spec["successPolicy"] = spec["successPolicy"]
+    return {"metadata": kept, "spec": kept_spec, "status": obj.get("status") or {}}
 
 
 class Cache:
