@@ -191,9 +191,18 @@ def ssh_args(step: Step) -> str:
 
 def launcher_template(step: Step) -> str:
     """Return the template ``$(LAUNCHER)`` expands to: the step's own, else the MPI's."""
-    if step.launcher != DEFAULT_LAUNCHER or step.launch_mode != "ssh":
-        return step.launcher
-    return _TEMPLATES[step.mpi]
+    return command_template(step.launcher, step.launch_mode, step.mpi)
+
+
+def command_template(launcher: str, launch_mode: str, mpi: str) -> str:
+    """Return ``launcher``, or the MPI's hostfile command when it is the default under ssh.
+
+    Shared with the Maestro adapter, so ``$(LAUNCHER)`` in a Maestro study becomes the same
+    command as in a k8sjobs step.
+    """
+    if launcher != DEFAULT_LAUNCHER or launch_mode != "ssh":
+        return launcher
+    return _TEMPLATES[mpi]
 
 
 def launcher_env(step: Step, name: str, namespace: str, config_dir: str) -> list[tuple[str, str]]:

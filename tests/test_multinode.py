@@ -377,3 +377,20 @@ def test_a_worker_runs_the_serve_command_when_given(tmp_path: Path) -> None:
         timeout=60,
     )
     assert (done.returncode, done.stdout) == (0, "serving\n")
+
+
+def test_the_multi_node_example_study_renders_valid_objects() -> None:
+    from k8sjobs.sshkey import key_for
+    from k8sjobs.study import parse_study
+
+    path = Path(__file__).parent.parent / "examples" / "mpi" / "study.yaml"
+    study = parse_study(path.read_text(), base_dir=path.parent, source=str(path))
+    target = Target(study=study.name, store="registry.example:5000/k8sjobs")
+    hello, summary = (render(s, target, ssh_key=key_for(s)) for s in study.steps)
+    assert_valid(hello)
+    assert_valid(summary)
+    assert hello.job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert hello.configmap["data"]["entrypoint"].startswith(
+        "set -euo pipefail\nmpirun -np 4 --hostfile /k8sjobs/entrypoint/hostfile sh -c"
+    )
+    assert summary.secret is None

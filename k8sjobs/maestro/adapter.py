@@ -42,13 +42,14 @@ from pydantic import (
     model_validator,
 )
 
+from .. import multinode
 from ..errors import ApiError, NotFound
 from ..kube.client import JOBS, PODS, Kind, KubeClient
 from ..kube.config import load_config
 from ..kube.create import create_step
 from ..kube.watch import wait_deleted
 from ..names import is_dns_label, job_name
-from ..render import MAIN_CONTAINER, Manifests, Target, render
+from ..render import ENTRYPOINT_DIR, MAIN_CONTAINER, Manifests, Target, render
 from ..spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
 from ..sshkey import key_for
 from ..state import StepResult, StepState
@@ -83,6 +84,10 @@ ANNOTATION_LOG = "maestro.k8sjobs.io/log-name"
 #: The environment variable holding the Job's name inside its pods; multi-node launcher
 #: commands build the host list from it (pods are ``<job>-<index>.<job>``).
 JOB_NAME_VARIABLE = "KUBE_JOB_NAME"
+#: The run-block key under which a step's launch settings reach get_parallelize_command.
+_LAUNCH_PLAN = "k8sjobs launch"
+#: Where a multi-node step's hostfile is in its pods.
+HOSTFILE = f"{ENTRYPOINT_DIR}/{multinode.HOSTFILE_KEY}"
 #: Seconds one blocking call may take before Maestro is told it failed.
 CALL_TIMEOUT = 300.0
 #: Pod failure reasons that say the machine, not the step, failed: Maestro resubmits.
@@ -138,6 +143,9 @@ class StepSettings(_Settings):
     queue: str | None = None
     retries: int | None = Field(None, ge=0)
     launcher: str | None = None
+    launch: Literal["ssh", "none"] | None = None
+    mpi: Literal["openmpi", "mpich", "intel"] | None = None
+    ssh_dir: str | None = None
     inputs: dict[str, str] = Field(
         {}, description='name -> "<step>:<output>" of this study, or an artifact reference'
     )
@@ -167,6 +175,10 @@ class BatchSettings(_Settings):
     queue: str | None = None
     retries: int = Field(0, ge=0)
     launcher: str = DEFAULT_LAUNCHER
+    # Multi-node steps (k8sjobs/multinode.py): None means "ssh" when nodes > 1.
+    launch: Literal["ssh", "none"] | None = None
+    mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
+    ssh_dir: str | None = None
     study: str | None = Field(None, description="Study name when no Maestro workspace is found.")
     steps: dict[str, StepSettings] = {}
 
@@ -266,12 +278,14 @@ def _hardware_failure(pods: Iterable[Mapping[str, Any]]) -> bool:
 # ---- launcher ---------------------------------------------------------------------------
 
 
-def launcher_command(template: str, procs: int, nodes: int, cores_per_task: int = 1) -> str:
+def launcher_command(
+    template: str, procs: int, nodes: int, cores_per_task: int = 1, *, hostfile: str = ""
+) -> str:
     """Return the launcher for ``procs`` processes on ``nodes`` pods of the running Job.
 
     One node runs on ``localhost``; more name the Job's indexed pods through the headless
     Service, using ``$KUBE_JOB_NAME`` (set in every pod) so the script text stays the same
-    whatever the Job is called.
+    whatever the Job is called. ``hostfile`` is the multi-node step's hostfile, if any.
     """
     per_node = math.ceil(procs / nodes)
     if nodes <= 1:
@@ -285,6 +299,7 @@ def launcher_command(template: str, procs: int, nodes: int, cores_per_task: int 
         procs_per_node=per_node,
         cores_per_task=cores_per_task,
         hosts=hosts,
+        hostfile=hostfile,
     )
 
 
@@ -342,11 +357,23 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         return "\n".join(lines)
 
     def get_parallelize_command(self, procs: Any, nodes: Any = None, **kwargs: Any) -> str:
-        """Return the mpirun-style launcher for ``procs`` processes over ``nodes`` pods."""
+        """Return the launcher for ``procs`` processes over ``nodes`` pods.
+
+        A multi-node step launched over ssh (the default) gets the same command as a
+        k8sjobs step: ``mpirun``/``mpiexec`` reading the step's hostfile.
+        """
         count = _count(procs, "procs", 1)
         pods = min(_count(nodes, "nodes", 1), count)
         cores = _count(kwargs.get("cores per task"), "cores per task", 1)
-        return launcher_command(self.settings.launcher, count, pods, cores)
+        plan = kwargs.get(_LAUNCH_PLAN) or {}
+        step_nodes = int(plan.get("nodes") or pods)
+        launch = plan.get("launch") or self.settings.launch
+        mode = "none" if step_nodes <= 1 else (launch or "ssh")
+        mpi = plan.get("mpi") or self.settings.mpi
+        template = multinode.command_template(
+            plan.get("launcher") or self.settings.launcher, mode, mpi
+        )
+        return launcher_command(template, count, pods, cores, hostfile=HOSTFILE)
 
     def _write_script(self, ws_path: str, step: Any) -> tuple[bool, str, str | None]:
         """Write the step's script (and restart script) to ``ws_path``; every step is scheduled.
@@ -357,6 +384,15 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         run_block = dict(step.run)
         run_block["nodes"] = _count(run_block.get("nodes"), "nodes", 1)
         run_block["procs"] = _count(run_block.get("procs"), "procs", run_block["nodes"])
+        # $(LAUNCHER) is expanded by maestrowf, which hands the run block to
+        # get_parallelize_command: the step's launch settings travel with it.
+        merged = self.settings.for_step(step.name)
+        run_block[_LAUNCH_PLAN] = {
+            "nodes": run_block["nodes"],
+            "launch": merged["launch"],
+            "mpi": merged["mpi"],
+            "launcher": merged["launcher"],
+        }
         header = self.get_header(step)
         script_path = os.path.join(ws_path, f"{step.name}{self._extension}")
         _write_text(script_path, self._script(header, run_block["cmd"], run_block))
@@ -466,6 +502,9 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 service_account=merged["service_account"],
                 queue=merged["queue"],
                 retries=merged["retries"],
+                launch=merged["launch"],
+                mpi=merged["mpi"],
+                ssh_dir=merged["ssh_dir"],
                 inputs=inputs,
                 outputs=merged["outputs"],
             )

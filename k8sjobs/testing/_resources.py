@@ -367,6 +367,8 @@ def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, 
         return causes + resource.hooks.causes(obj)
     if resource.plural in ("configmaps", "secrets"):
         causes += _size_causes(obj)
+    if resource.plural == "secrets":
+        causes += _secret_type_causes(obj)
     if resource.plural == "jobs":
         causes += _job_causes(obj) + _job_number_causes(obj)
     return causes
@@ -391,6 +393,25 @@ def _job_number_causes(job: dict[str, Any]) -> list[dict[str, str]]:
             message = f"Invalid value: {value}: must be greater than or equal to 0"
             causes.append(cause("FieldValueInvalid", message, f"spec.{key}"))
     return causes
+
+
+# Keys the API server requires of a Secret of each built-in type (ValidateSecret).
+_SECRET_REQUIRED_KEYS = {
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+}
+
+
+def _secret_type_causes(secret: dict[str, Any]) -> list[dict[str, str]]:
+    """Return a Required cause for each key the Secret's type needs and it lacks."""
+    present = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
+    required = _SECRET_REQUIRED_KEYS.get(str(secret.get("type") or "Opaque"), ())
+    return [
+        cause("FieldValueRequired", "Required value", f"data[{key}]")
+        for key in required
+        if not present.get(key)
+    ]
 
 
 def _size_causes(obj: dict[str, Any]) -> list[dict[str, str]]:

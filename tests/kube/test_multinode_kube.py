@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from conftest import FAST
 from kubehelpers import session
 
 from k8sjobs.spec import Resources, Step
 from k8sjobs.state import StepState
-from k8sjobs.testing import FakeCluster, PodPlan
+from k8sjobs.testing import ApiError, FakeCluster, PodPlan
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 SERVING = PodPlan(duration=600)  # a worker: serves until the Job ends
@@ -88,3 +89,24 @@ async def test_a_failed_launcher_fails_the_step_with_the_scripts_exit_code(
         result = await (await s.submit(_mpi_step())).wait(30)
     assert (result.state, result.reason, result.exit_code) == (StepState.FAILED, "ExitCode", 3)
     assert result.message == "the script exited with code 3"
+
+
+def test_the_fake_refuses_an_ssh_auth_secret_without_its_private_key(
+    launched: FakeCluster,
+) -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "keys"},
+        "type": "kubernetes.io/ssh-auth",
+        "data": {"authorized_keys": base64.b64encode(b"ssh-ed25519 AAAA k").decode()},
+    }
+    with pytest.raises(ApiError) as refused:
+        launched.store.create("secrets", "default", secret)
+    assert (refused.value.code, refused.value.reason) == (422, "Invalid")
+    assert refused.value.message == (
+        'Secret "keys" is invalid: data[ssh-privatekey]: Required value'
+    )
+    secret["data"]["ssh-privatekey"] = base64.b64encode(b"key").decode()
+    created = launched.store.create("secrets", "default", secret)
+    assert created["type"] == "kubernetes.io/ssh-auth"

@@ -115,7 +115,11 @@ async def test_a_registry_that_is_down_fails_output_push_failed(
 async def test_only_index_0_of_a_two_node_step_pushes(handoff_path: str, tmp_path: Path) -> None:
     script = 'echo "$JOB_COMPLETION_INDEX" > who'
     step = Step(
-        name="mpi", script=script, outputs={"who": "who"}, resources=Resources(nodes=2, tasks=2)
+        name="mpi",
+        script=script,
+        outputs={"who": "who"},
+        resources=Resources(nodes=2, tasks=2),
+        launch="none",  # every index runs the script; still only index 0 pushes
     )
     async with _session(tmp_path) as s:
         handle = await s.submit(step)

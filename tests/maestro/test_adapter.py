@@ -54,14 +54,14 @@ def adapter(**batch: Any) -> KubernetesScriptAdapter:
         (
             "$(LAUNCHER)[2n, 8p] ./sim",
             {"nodes": 2, "procs": 8},
-            "mpirun -np 8 --host ${KUBE_JOB_NAME}-0.${KUBE_JOB_NAME}:4,"
-            "${KUBE_JOB_NAME}-1.${KUBE_JOB_NAME}:4 ./sim",
+            "mpirun -np 8 --hostfile /k8sjobs/entrypoint/hostfile ./sim",
         ),
         (
             # One per line: maestrowf's own pattern is greedy within a line.
             "$(LAUNCHER)[1n, 3p] a\n$(LAUNCHER)[1n, 2p] b",
             {"nodes": 2, "procs": 5},
-            "mpirun -np 3 --host localhost:3 a\nmpirun -np 2 --host localhost:2 b",
+            "mpirun -np 3 --hostfile /k8sjobs/entrypoint/hostfile a\n"
+            "mpirun -np 2 --hostfile /k8sjobs/entrypoint/hostfile b",
         ),
         (
             "$(LAUNCHER)[1, 2] ./sim",
@@ -82,10 +82,14 @@ def test_launcher_forms_become_mpirun(
 
 
 def test_get_parallelize_command_takes_maestro_strings_and_a_template() -> None:
-    assert adapter().get_parallelize_command("8", "2") == (
+    assert adapter(launch="none").get_parallelize_command("8", "2") == (
         "mpirun -np 8 --host ${KUBE_JOB_NAME}-0.${KUBE_JOB_NAME}:4,"
         "${KUBE_JOB_NAME}-1.${KUBE_JOB_NAME}:4"
     )
+    hostfile = "/k8sjobs/entrypoint/hostfile"
+    assert adapter().get_parallelize_command("8", "2") == f"mpirun -np 8 --hostfile {hostfile}"
+    mpich = adapter(mpi="mpich").get_parallelize_command(8, 2)
+    assert mpich == f"mpiexec -n 8 -f {hostfile}"
     custom = adapter(launcher="mpiexec -n {procs} -ppn {procs_per_node}")
     assert custom.get_parallelize_command(6, 3) == "mpiexec -n 6 -ppn 2"
     assert adapter().get_parallelize_command(2, None) == "mpirun -np 2 --host localhost:2"
@@ -345,3 +349,43 @@ async def test_docs_python_example_runs(
     assert scope["name"] == "sim_1"
     assert scope["code"] is JobStatusCode.OK
     assert scope["states"][scope["job_id"]] in (State.PENDING, State.RUNNING, State.FINISHED)
+
+
+# ---- multi-node steps -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("batch", "launch", "command"),
+    [
+        ({}, "ssh", "mpirun -np 4 --hostfile /k8sjobs/entrypoint/hostfile ./sim"),
+        ({"mpi": "intel"}, "ssh", "mpiexec -n 4 -f /k8sjobs/entrypoint/hostfile ./sim"),
+        ({"steps": {"s": {"mpi": "mpich"}}}, "ssh", "mpiexec -n 4 -f /k8sjobs/entrypoint/hostfile"),
+        ({"steps": {"s": {"launch": "none"}}}, "none", "mpirun -np 4 --host ${KUBE_JOB_NAME}-0."),
+    ],
+)
+def test_a_multi_node_maestro_step_launches_as_a_k8sjobs_step_does(
+    batch: dict[str, Any], launch: str, command: str, tmp_path: Path
+) -> None:
+    chosen = adapter(**batch)
+    step = study_step("s", "$(LAUNCHER) ./sim", nodes=2, procs=4)
+    _, script, _ = chosen.write_script(str(tmp_path), step)
+    assert command in Path(script).read_text()
+    manifests = chosen.manifests(step, Path(script).read_text(), str(tmp_path))
+    mpi = batch.get("mpi") or batch.get("steps", {}).get("s", {}).get("mpi") or "openmpi"
+    job = manifests.job["spec"]
+    if launch == "ssh":
+        assert job["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+        assert manifests.secret is not None
+        assert manifests.secret["type"] == "kubernetes.io/ssh-auth"
+        assert manifests.configmap["data"]["hostfile"].count("\n") == 2
+        line = manifests.configmap["data"]["hostfile"].splitlines()[0]
+        assert line.endswith(" slots=2" if mpi == "openmpi" else ":2")
+    else:
+        assert "successPolicy" not in job and manifests.secret is None
+
+
+def test_bad_launch_settings_name_the_key() -> None:
+    with pytest.raises(ValueError, match='"mpi"'):
+        adapter(mpi="lam")
+    with pytest.raises(ValueError, match=r'"steps\.s\.launch"'):
+        adapter(steps={"s": {"launch": "rsh"}})
