@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 import yaml
-from ssh_keys import TEST_KEY
-from test_render import assert_valid
 
 from k8sjobs import multinode
 from k8sjobs.render import Target, render
 from k8sjobs.spec import Resources, Step
 from k8sjobs.sshkey import generate_key
+
+from .ssh_keys import TEST_KEY
+from .test_render import assert_valid
 
 TARGET = Target(study="hpc", namespace="lab")
 AGENT_VARIABLES = (

@@ -28,7 +28,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_validate import utils as kv
 from pydantic import SecretStr
-from ssh_keys import TEST_KEY
 
 from k8sjobs.multinode import SshKey
 from k8sjobs.names import is_dns_label
@@ -42,6 +41,8 @@ from k8sjobs.render import (
 )
 from k8sjobs.render import render as render_any
 from k8sjobs.spec import KNOWN_SHELLS, Resources, SecretKeyRef, Step, StepOutput, Toleration
+
+from .ssh_keys import TEST_KEY
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from conftest import FAST
-from kubehelpers import session
 
 from k8sjobs.spec import Resources, Step
 from k8sjobs.state import StepState
 from k8sjobs.testing import ApiError, FakeCluster, PodPlan
+
+from .conftest import FAST
+from .kubehelpers import session
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 SERVING = PodPlan(duration=600)  # a worker: serves until the Job ends
@@ -94,12 +95,13 @@ async def test_a_failed_launcher_fails_the_step_with_the_scripts_exit_code(
 def test_the_fake_refuses_an_ssh_auth_secret_without_its_private_key(
     launched: FakeCluster,
 ) -> None:
+    data = {"authorized_keys": base64.b64encode(b"ssh-ed25519 AAAA k").decode()}
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": "keys"},
         "type": "kubernetes.io/ssh-auth",
-        "data": {"authorized_keys": base64.b64encode(b"ssh-ed25519 AAAA k").decode()},
+        "data": data,
     }
     with pytest.raises(ApiError) as refused:
         launched.store.create("secrets", "default", secret)
@@ -107,6 +109,6 @@ def test_the_fake_refuses_an_ssh_auth_secret_without_its_private_key(
     assert refused.value.message == (
         'Secret "keys" is invalid: data[ssh-privatekey]: Required value'
     )
-    secret["data"]["ssh-privatekey"] = base64.b64encode(b"key").decode()
+    data["ssh-privatekey"] = base64.b64encode(b"key").decode()
     created = launched.store.create("secrets", "default", secret)
     assert created["type"] == "kubernetes.io/ssh-auth"
