@@ -325,6 +325,9 @@ async def push_paths(
     return PushResult(opts.display or str(ref), digest, tuple(layers), pusher.bytes_sent)
 
 
+_NAME_MAX = 255  # bytes in one path component (ext4, xfs, tmpfs alike)
+
+
 def _layer_destination(target: Path, desc: Descriptor) -> Path:
     title = desc.title or ""
     try:
@@ -333,6 +336,11 @@ def _layer_destination(target: Path, desc: Descriptor) -> Path:
         raise UnsafeArchive(f'Layer title "{title}" is not a safe relative path: {exc}.') from None
     if norm in (".", ""):
         raise UnsafeArchive(f'Layer title "{title}" names no file.')
+    if any(len(part.encode("utf-8", "surrogateescape")) > _NAME_MAX for part in norm.split("/")):
+        raise UnsafeArchive(
+            f'Layer title "{title[:80]}...": a path component is longer than {_NAME_MAX} '
+            "bytes, which no Linux filesystem stores."
+        )
     return target / norm
 
 

@@ -133,3 +133,13 @@ async def test_push_refuses_two_paths_with_one_name(tmp_path: Path) -> None:
     layout = OCILayout(tmp_path / "layout")
     with pytest.raises(RegistryError, match='two paths named "same"'):
         await layout.push("x/y:v1", [tmp_path / "a" / "same", tmp_path / "b" / "same"])
+
+
+async def test_title_with_a_component_no_filesystem_stores_is_refused_up_front(
+    tmp_path: Path,
+) -> None:
+    layout = OCILayout(tmp_path / "layout")
+    await _store_hostile(layout, _archive([_file("d/ok.txt")]), title="e" * 300)
+    with pytest.raises(UnsafeArchive, match="longer than 255 bytes"):
+        await layout.pull("evil/x:v1", tmp_path / "target")
+    assert list((tmp_path / "target").iterdir()) == []
