@@ -411,7 +411,10 @@ class ApiServer:
                 "PatchOptions", "fieldManager", "Required", "is required for apply patch"
             )
         dry_run = _dry_run(request, "PatchOptions")
-        applied = _read_apply_body(await request.read(), res, name)
+        raw = await request.read()
+        _requests.check_size(raw)
+        applied = _read_apply_body(raw, res, name)
+        _requests.check_namespace(applied, ns)
         warnings = _field_warnings(request, res, applied)
         live = self.store.get(res.plural, ns, name)
         sent_rv = applied["metadata"].get("resourceVersion")

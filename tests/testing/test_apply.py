@@ -223,3 +223,37 @@ async def test_a_managers_next_apply_is_exactly_its_new_config_plus_others_field
         k: v for k, v in other.items() if (k not in first or first[k] == v) and k not in second
     }
     assert data == {**bob_keeps, **second}
+
+
+async def test_an_apply_naming_another_namespace_is_400(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    body = cm("c", {"a": "1"}, namespace="elsewhere")
+    status, answer = await apply(http, f"{cluster.url}{CMS}/c", body, "alice")
+    assert (status, answer["reason"]) == (400, "BadRequest")
+    assert "does not match the namespace" in answer["message"]
+
+
+async def test_custom_list_map_keys_merge_items_of_different_managers(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    crd = minicluster_crd()
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    containers = spec["properties"]["containers"]
+    containers["x-kubernetes-list-type"] = "map"
+    containers["x-kubernetes-list-map-keys"] = ["image"]
+    await define(http, cluster, crd)
+    url = f"{cluster.url}/apis/{GROUP}/{VERSION}/namespaces/default/miniclusters/m"
+    mine = minicluster("m")
+    mine["spec"]["containers"] = [{"image": "flux", "command": "a"}]
+    theirs = minicluster("m")
+    theirs["spec"]["containers"] = [{"image": "sidecar"}]
+    assert (await apply(http, url, mine, "alice"))[0] == 201
+    status, both = await apply(http, url, theirs, "bob")
+    assert status == 200
+    assert [c["image"] for c in both["spec"]["containers"]] == ["flux", "sidecar"]
+    clash = minicluster("m")
+    clash["spec"]["containers"] = [{"image": "flux", "command": "b"}]
+    status, body = await apply(http, url, clash, "bob")
+    assert status == 409
+    assert body["details"]["causes"][0]["field"] == '.spec.containers[image="flux"].command'

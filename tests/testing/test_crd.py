@@ -357,3 +357,22 @@ async def test_updating_a_crd_changes_what_its_kind_accepts(
     _, group = await call(http, "GET", f"{cluster.url}/apis/{GROUP}")
     assert [v["version"] for v in group["versions"]] == ["v1beta1", VERSION]
     assert group["preferredVersion"]["version"] == "v1beta1"  # beta outranks alpha
+
+
+async def test_aggregated_discovery_requests_get_the_plain_documents(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    # kubectl asks for the aggregated form first; a plain answer (as from a server without
+    # aggregated discovery) makes client-go fall back to one request per group version.
+    aggregated = (
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
+        "application/json"
+    )
+    await define(http, cluster, minicluster_crd())
+    for path, kind in (("/api", "APIVersions"), ("/apis", "APIGroupList")):
+        async with http.get(f"{cluster.url}{path}", headers={"Accept": aggregated}) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("application/json")
+            assert "apidiscovery" not in response.headers["Content-Type"]
+            assert (await response.json())["kind"] == kind
