@@ -15,6 +15,7 @@ What differs, and why:
 - The push container does not poll for the exit-code marker: the runner starts it once the
   pod's other containers have ended, and it reads the marker once. A step that left no marker
   (killed, or never started) pushes nothing; the polling container would wait forever.
+- The container's memory limit (256Mi) is not enforced: the handoff streams its files.
 - Registry credentials are the runner's own, as for the driver's other pulls; a pod that
   mounts registry credentials (``DOCKER_CONFIG`` in the container's env) runs the container,
   so that the pod's credentials are the ones used.
