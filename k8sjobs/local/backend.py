@@ -33,6 +33,7 @@ import anyio
 from ..artifacts.handoff import OUTPUTS_FILE, read_push_report
 from ..errors import SpecMismatch
 from ..handle import StepHandle
+from ..jobindex import format_indexes, match_success_policy
 from ..names import label_value
 from ..quantity import parse_bytes, parse_cores
 from ..render import (
@@ -57,6 +58,14 @@ __all__ = ["LocalBackend"]
 _POLL_LOG_SECONDS = 0.2
 # The container whose log explains a failure, when it is not the step's own.
 _LOG_OF = {"OutputPushFailed": PUSH_CONTAINER, "InputPullFailed": PULL_CONTAINER}
+# The job controller's reasons and messages for a Job whose indexes failed (v1.36).
+_INDEX_FAILURES = {
+    "max-failed-indexes": (
+        "MaxFailedIndexesExceeded",
+        "Job has exceeded the specified maximal number of failed indexes",
+    ),
+    "failed-indexes": ("FailedIndexes", "Job has failed indexes"),
+}
 
 
 class LocalBackend:
@@ -233,6 +242,14 @@ class _CancelledElsewhere(Exception):
     """Another process asked for the step to stop (``k8sjobs cancel``): do not retry."""
 
 
+class _IndexesFailed(Exception):
+    """More indexes failed for good than the Job's maxFailedIndexes allows."""
+
+
+class _SuccessPolicyMet(Exception):
+    """The indexes the Job's successPolicy names succeeded: the others are not needed."""
+
+
 class _JobRun:
     """One local Job: reserve, run its pods, retry, time out, and report."""
 
@@ -350,12 +367,28 @@ class _JobRun:
                 self._finish("CreateContainerConfigError", self._waiting_message())
             elif failed == "backoff":
                 self._finish("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            elif failed in _INDEX_FAILURES:
+                self._finish(*_INDEX_FAILURES[failed])
             else:
                 self._finish(None, "")
 
     async def _run_indexes(self, nodes: int, backoff_limit: int) -> str:
-        """Run every index to success; return "" or why not ("backoff", "config", "cancelled")."""
+        """Run the indexes until the Job's policies call the end.
+
+        Returns "" (success), or why not: "backoff", "failed-indexes", "config",
+        "cancelled". With ``backoffLimitPerIndex`` each index counts its own failures, and an
+        index over its limit is failed for good (``failedIndexes``); more failed indexes
+        than ``maxFailedIndexes`` fail the Job at once. A ``successPolicy`` met ends the Job
+        as soon as its indexes succeed; the others are stopped, as Kubernetes stops them.
+        """
+        spec = self.job["spec"]
+        status = self.job["status"]
+        per_index = spec.get("backoffLimitPerIndex")
+        max_failed = spec.get("maxFailedIndexes")
         failures = 0
+        index_failures: dict[int | None, int] = {}
+        succeeded: set[int] = set()
+        failed: set[int] = set()
 
         async def run_index(index: int | None) -> None:
             nonlocal failures
@@ -365,10 +398,28 @@ class _JobRun:
                 if await self._cancel_requested():  # its pods were killed from outside
                     raise _CancelledElsewhere
                 failures += 1
-                self.job["status"]["failed"] = failures
-                if failures > backoff_limit:
+                status["failed"] = failures
+                index_failures[index] = index_failures.get(index, 0) + 1
+                if per_index is not None and index is not None:
+                    if index_failures[index] > int(per_index):
+                        failed.add(index)
+                        status["failedIndexes"] = format_indexes(failed)
+                        if max_failed is not None and len(failed) > int(max_failed):
+                            self._interim("FailureTarget", *_INDEX_FAILURES["max-failed-indexes"])
+                            raise _IndexesFailed  # the task group stops the other indexes
+                        return
+                elif failures > backoff_limit:
                     raise _BackoffExceeded  # the task group stops the other indexes
                 self._judge()
+            if index is None:
+                return
+            succeeded.add(index)
+            status["succeeded"] = len(succeeded)
+            status["completedIndexes"] = format_indexes(succeeded)
+            matched = match_success_policy(self.job, succeeded)
+            if matched:
+                self._interim("SuccessCriteriaMet", "SuccessPolicy", matched)
+                raise _SuccessPolicyMet  # the task group stops the other indexes
 
         indexes: list[int | None] = list(range(nodes)) if nodes > 1 else [None]
         outcome = ""
@@ -376,12 +427,18 @@ class _JobRun:
             async with asyncio.TaskGroup() as group:
                 for index in indexes:
                     group.create_task(run_index(index))
+        except* _SuccessPolicyMet:
+            outcome = ""
         except* _BackoffExceeded:
             outcome = "backoff"
+        except* _IndexesFailed:
+            outcome = "max-failed-indexes"
         except* _ConfigMissing:
             outcome = "config"
         except* _CancelledElsewhere:
             outcome = "cancelled"
+        if outcome == "" and failed:
+            outcome = "failed-indexes"
         return outcome
 
     async def _cancel_requested(self) -> bool:
@@ -443,10 +500,32 @@ class _JobRun:
             raise KeyError(name)
         return {k: base64.b64decode(v) for k, v in secret["data"].items()}
 
+    def _interim(self, kind: str, reason: str, message: str) -> None:
+        """Write the condition that decides the Job before its other pods are stopped.
+
+        The job controller writes SuccessCriteriaMet or FailureTarget first, then stops
+        what still runs, then Complete or Failed: the step's outcome is known at once.
+        """
+        now = _now()
+        self.job["status"]["conditions"] = [_condition(kind, reason, message, now)]
+        self._judge()
+
     def _finish(self, reason: str | None, message: str) -> None:
         status = self.job["status"]
         now = _now()
         status["active"] = 0
+        interim = status.get("conditions") or []
+        if interim:  # a success policy met, or failed indexes: the final condition follows
+            first = interim[0]
+            final = "Complete" if first["type"] == "SuccessCriteriaMet" else "Failed"
+            if final == "Complete":
+                status["completionTime"] = now
+            status["conditions"] = [
+                first,
+                _condition(final, first["reason"], first["message"], now),
+            ]
+            self._judge()
+            return
         if reason is None:
             status["succeeded"] = int(self.job["spec"].get("completions", 1))
             status["completionTime"] = now
@@ -454,14 +533,12 @@ class _JobRun:
         else:
             kinds = ("FailureTarget", "Failed")
         status["conditions"] = [
-            {
-                "type": kind,
-                "status": "True",
-                "reason": reason or "CompletionsReached",
-                "message": message or "Reached expected number of succeeded pods",
-                "lastProbeTime": now,
-                "lastTransitionTime": now,
-            }
+            _condition(
+                kind,
+                reason or "CompletionsReached",
+                message or "Reached expected number of succeeded pods",
+                now,
+            )
             for kind in kinds
         ]
         self._judge()
@@ -512,6 +589,18 @@ class _JobRun:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(kind: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    """Return a Job condition as the job controller writes it."""
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": now,
+        "lastTransitionTime": now,
+    }
 
 
 def _adoptable(record: Mapping[str, Any]) -> bool:

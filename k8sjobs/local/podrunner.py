@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 
 from ..quantity import parse_bytes
+from . import agent
 from ._env import base_env, declared_env, expand
 from ._handoff import HandoffCall, InProcessHandoff, recognise
 from ._podstatus import PodStatus, StatusSink, now
@@ -120,6 +121,7 @@ class _PodRun:
     memory: MemoryMonitor
     handoff: InProcessHandoff | None = None
     volumes: dict[str, Path] = field(default_factory=dict)
+    agent_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def spec(self) -> Mapping[str, Any]:
@@ -149,6 +151,8 @@ class _PodRun:
             self.status.config_error([c["name"] for c in (inits or containers)], str(error))
             return self.status.report()
         await anyio.to_thread.run_sync(materialise, self.sandbox, plans)
+        # A multi-node step's index: its remote shell is the local agent (k8sjobs.local.agent).
+        self.agent_env = await anyio.to_thread.run_sync(agent.pod_env, self.pod, self.sandbox)
         self.volumes = {plan.name: plan.path for plan in plans}
         self.status.sandbox_ready = True
         self.status.report()
@@ -212,6 +216,7 @@ class _PodRun:
         env = {
             **base_env(self.pod, self.sandbox),
             **{name: paths.translate(value) for name, value in declared.items()},
+            **self.agent_env,
             **self.extra_env,
         }
         working_dir = container.get("workingDir")

@@ -1,0 +1,457 @@
+"""The local remote shell: how ``mpirun`` in one index of a step starts commands in another.
+
+On a cluster the launcher (index 0) of a multi-node step reaches its workers with ssh: each
+worker runs sshd on port 2222 and ``mpirun`` starts one daemon per pod through it (see
+``k8sjobs/multinode.py`` for that contract). Locally every index is a pod run by the
+``PodRunner``, each a process group with its own environment and sandbox, and this module
+stands in for both ends of ssh:
+
+- the **server** (``agent.py --serve``) is what a worker index runs instead of sshd (the role
+  wrapper runs ``$K8SJOBS_WORKER_SERVE`` when set). It listens on a unix socket named after
+  the pod's hostname, ``$K8SJOBS_AGENT_DIR/<namespace>/<hostname>.sock`` (directories 0700, so
+  only this user can connect), writes its pid to ``$K8SJOBS_SSHD_DIR/sshd.pid`` once it
+  listens, as sshd does (the workers' readiness probe reads it), and starts each command it
+  is given with ``/bin/sh -c`` in the worker's own environment, in its ``$HOME`` (as sshd
+  does), as a child in a process group of its own inside the worker's session (so one
+  command can be stopped alone, and ending the worker pod ends it with the rest of the pod);
+- the **client** (``agent.py [ssh options] HOST COMMAND...``) is the remote shell ``mpirun``
+  uses (``OMPI_MCA_plm_rsh_agent``, ``PRTE_MCA_plm_ssh_agent``, ``HYDRA_LAUNCHER_EXEC``,
+  ``I_MPI_HYDRA_BOOTSTRAP_EXEC``). It takes ssh's options and ignores them (``-p 2222``,
+  ``-o ...``, ``-i ...``, ``-x``), maps ``<job>-<i>[.<service>[.<namespace>[.svc...]]]`` to
+  that index's socket, relays stdin, stdout and stderr, and exits with the command's exit
+  code (255 when the host is unknown, unreachable or drops the connection, as ssh does).
+  When the client goes away before the command ends, the server stops the command (SIGTERM,
+  SIGKILL two seconds later). A command for the client's own pod (its hostname, or
+  ``localhost``) runs in place, as mpirun would on its own node;
+- ``agent.py --check HOST`` exits 0 once HOST's server answers, else 255 with one line on
+  stderr: the launcher's wait for its workers (``$K8SJOBS_WAIT_WORKERS``).
+
+Paths. The command text goes through the path translation rule: the client sends its own
+sandbox (``$K8SJOBS_AGENT_SANDBOX``), and the server rewrites that prefix to its own, so a
+path into index 0's volumes names the same volume of index i, as ``/work/x`` does on a
+cluster.
+
+``pod_env`` gives a pod of a multi-node step (one with ``hostname`` and ``subdomain``) the
+variables above, and points every MPI's remote shell at ``k8sjobs-rsh``, a two-line script
+that runs this file (written once under ``$K8SJOBS_AGENT_DIR/bin``: Hydra takes one path,
+not a command line). Open MPI also gets ``orte_leave_session_attached`` (and PRRTE's
+``prte_leave_session_attached``): without it, mpirun tells each daemon to daemonize, which
+would leave the worker's session and outlive the pod.
+
+This file uses the standard library only and is run as a script, not as ``-m
+k8sjobs.local.agent``: mpirun starts it once per daemon, and importing the package would
+cost a second each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+__all__ = ["AGENT_FILE", "main", "pod_env", "resolve", "socket_path"]
+
+AGENT_FILE = Path(__file__).resolve()
+SHIM_NAME = "k8sjobs-rsh"
+#: ssh's options that take an argument (OpenSSH 9); every other ``-x`` is a flag.
+_SSH_ARGUMENT_OPTIONS = frozenset("BbcDEeFIiJLlmOopQRSWw")
+_HEADER = struct.Struct(">cI")
+_CHUNK = 65536
+_STOP_GRACE = 2.0
+_UNREACHABLE = 255
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+_SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes; longer paths go through /proc/self/fd
+
+# Frame kinds. Client to server: the request, stdin, end of stdin, a ping.
+_REQUEST, _STDIN, _STDIN_EOF, _PING = b"R", b"I", b"E", b"P"
+# Server to client: stdout, stderr, the exit status, the answer to a ping, a refusal.
+_STDOUT, _STDERR, _EXIT, _PONG, _ERROR = b"O", b"e", b"X", b"K", b"!"
+
+
+# ---------------------------------------------------------------------- the pod's side
+
+
+def pod_env(pod: Mapping[str, Any], sandbox: Path) -> dict[str, str]:
+    """Return the agent's variables for a pod of a multi-node step ({} for any other pod).
+
+    ``sandbox`` is the pod's sandbox, ``<root>/<namespace>/<pod>``; the sockets live under
+    ``<root>/.agents`` (no pod or namespace can be named ``.agents``). Writes the shim.
+    """
+    spec = pod.get("spec") or {}
+    if not (spec.get("hostname") and spec.get("subdomain")):
+        return {}
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    directory = sandbox.parent.parent / ".agents"
+    shim = _write_shim(directory / "bin")
+    return {
+        "K8SJOBS_AGENT_DIR": str(directory),
+        "K8SJOBS_AGENT_NAMESPACE": namespace,
+        "K8SJOBS_AGENT_SANDBOX": str(sandbox),
+        "K8SJOBS_WORKER_SERVE": f"{shim} --serve",
+        "K8SJOBS_WAIT_WORKERS": f"{shim} --check",
+        "OMPI_MCA_plm_rsh_agent": str(shim),
+        "OMPI_MCA_orte_leave_session_attached": "1",
+        "PRTE_MCA_plm_ssh_agent": str(shim),
+        "PRTE_MCA_prte_leave_session_attached": "1",
+        "HYDRA_LAUNCHER": "ssh",
+        "HYDRA_LAUNCHER_EXEC": str(shim),
+        "I_MPI_HYDRA_BOOTSTRAP": "ssh",
+        "I_MPI_HYDRA_BOOTSTRAP_EXEC": str(shim),
+    }
+
+
+def _write_shim(directory: Path) -> Path:
+    """Write ``k8sjobs-rsh`` (atomically: pods start at once) and return its path."""
+    shim = directory / SHIM_NAME
+    text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I {shlex.quote(str(AGENT_FILE))} "$@"\n'
+    with contextlib.suppress(OSError):
+        if shim.read_text() == text:
+            return shim
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = directory / f".{SHIM_NAME}.{os.getpid()}.{threading.get_ident()}"
+    temporary.write_text(text)
+    temporary.chmod(0o755)
+    temporary.replace(shim)
+    return shim
+
+
+def socket_path(directory: str, namespace: str, hostname: str) -> str:
+    """Return where the server of pod ``hostname`` in ``namespace`` listens."""
+    return os.path.join(directory, namespace, f"{hostname}.sock")
+
+
+def resolve(host: str, namespace: str) -> tuple[str, str]:
+    """Return the (hostname, namespace) a host name given to ssh stands for.
+
+    ``<hostname>.<service>.<namespace>.svc[.cluster.local]`` names a pod of another
+    namespace; ``<hostname>`` and ``<hostname>.<service>`` one of the caller's own.
+    """
+    host = host.rpartition("@")[2].rstrip(".")
+    labels = host.split(".")
+    if len(labels) >= 3:
+        return labels[0], labels[2]
+    return labels[0], namespace
+
+
+# ---------------------------------------------------------------------- frames
+
+
+def _frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _recv_frame(sock: socket.socket) -> tuple[bytes, bytes] | None:
+    header = _recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    kind, size = _HEADER.unpack(header)
+    payload = _recv_exact(sock, size)
+    return None if payload is None else (kind, payload)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | None:
+    try:
+        kind, size = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+        return kind, await reader.readexactly(size)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+# ---------------------------------------------------------------------- the client
+
+
+class _Unreachable(Exception):
+    """The host is unknown or does not answer: ssh's exit code 255, with its message."""
+
+
+def _connect(path: str, host: str) -> socket.socket:
+    """Return a connection to a server's socket, or raise _Unreachable as ssh words it."""
+    if not os.path.exists(path):
+        raise _Unreachable(f"ssh: Could not resolve hostname {host}: Name or service not known")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with _short_path(path) as address:
+            sock.connect(address)
+    except OSError as error:
+        sock.close()
+        reason = error.strerror or str(error)
+        raise _Unreachable(f"ssh: connect to host {host} port 2222: {reason}") from None
+    return sock
+
+
+@contextlib.contextmanager
+def _short_path(path: str) -> Any:
+    """Yield an address for ``path`` that fits a unix socket address (108 bytes)."""
+    if len(path.encode()) < _SUN_PATH_MAX:
+        yield path
+        return
+    descriptor = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{descriptor}/{os.path.basename(path)}"
+    finally:
+        os.close(descriptor)
+
+
+def _target(host: str) -> str | None:
+    """Return the socket of ``host``'s server, or None when ``host`` is this very pod."""
+    namespace = os.environ.get("K8SJOBS_AGENT_NAMESPACE", "default")
+    hostname, target_namespace = resolve(host, namespace)
+    own = os.environ.get("HOSTNAME", "")
+    if host.rpartition("@")[2] in _LOOPBACK or (hostname == own and target_namespace == namespace):
+        return None
+    directory = os.environ.get("K8SJOBS_AGENT_DIR")
+    if not directory:
+        raise _Unreachable(
+            "k8sjobs-rsh: K8SJOBS_AGENT_DIR is not set: this agent only works inside a "
+            "multi-node step run by the local backend"
+        )
+    return socket_path(directory, target_namespace, hostname)
+
+
+def _parse_ssh(argv: list[str]) -> tuple[str, list[str]]:
+    """Return (host, command words) from an ssh command line, its options ignored."""
+    words = list(argv)
+    while words and words[0].startswith("-") and words[0] != "-":
+        option = words.pop(0)
+        if option == "--":
+            break
+        # "-p2222" carries its argument; "-p 2222" takes the next word.
+        if option[-1] in _SSH_ARGUMENT_OPTIONS and len(option) == 2 and words:
+            words.pop(0)
+    if not words:
+        raise _Unreachable("usage: k8sjobs-rsh [ssh options] HOST [COMMAND...]")
+    return words[0], words[1:]
+
+
+def _run_remote(host: str, command: str) -> int:
+    """Run ``command`` on ``host`` through its server; return its exit code."""
+    path = _target(host)
+    if path is None:  # this pod: run it here, as mpirun does on its own node
+        home = os.environ.get("HOME") or "/"
+        os.chdir(home if os.path.isdir(home) else "/")
+        os.execv("/bin/sh", ["/bin/sh", "-c", command or "exec $SHELL"])
+    sock = _connect(path, host)
+    request = {"command": command, "sandbox": os.environ.get("K8SJOBS_AGENT_SANDBOX", "")}
+    lock = threading.Lock()
+    sock.sendall(_frame(_REQUEST, json.dumps(request).encode()))
+    threading.Thread(target=_pump_stdin, args=(sock, lock), daemon=True).start()
+    outputs: dict[bytes, BinaryIO] = {_STDOUT: sys.stdout.buffer, _STDERR: sys.stderr.buffer}
+    while (frame := _recv_frame(sock)) is not None:
+        kind, payload = frame
+        if kind in outputs:
+            outputs[kind].write(payload)
+            outputs[kind].flush()
+        elif kind == _EXIT:
+            return int(payload)
+        elif kind == _ERROR:
+            raise _Unreachable(payload.decode(errors="replace"))
+    raise _Unreachable(f"Connection to {host} closed by remote host.")
+
+
+def _pump_stdin(sock: socket.socket, lock: threading.Lock) -> None:
+    """Send stdin to the server until its end (a daemon thread: it dies with the client)."""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(0, _CHUNK):
+            with lock:
+                sock.sendall(_frame(_STDIN, chunk))
+        with lock:
+            sock.sendall(_frame(_STDIN_EOF))
+
+
+def _check(host: str) -> int:
+    """Return 0 once ``host``'s server answers a ping (the launcher's wait for a worker)."""
+    path = _target(host)
+    if path is None:
+        return 0
+    with _connect(path, host) as sock:
+        sock.sendall(_frame(_PING))
+        frame = _recv_frame(sock)
+    if frame is None or frame[0] != _PONG:
+        raise _Unreachable(f"Connection to {host} closed by remote host.")
+    return 0
+
+
+# ---------------------------------------------------------------------- the server
+
+
+class _Server:
+    """Starts the commands clients send, in this pod's environment, one process group each."""
+
+    def __init__(self) -> None:
+        self.sandbox = os.environ.get("K8SJOBS_AGENT_SANDBOX", "")
+        home = os.environ.get("HOME") or "/"
+        self.home = home if os.path.isdir(home) else "/"  # where sshd starts a command
+        self.groups: set[int] = set()
+
+    async def serve(self, path: str) -> None:
+        """Listen on ``path`` until this process is told to stop."""
+        directory = os.path.dirname(path)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a former pod of this index left it
+        with _short_path(path) as address:
+            server = await asyncio.start_unix_server(self._client, address)
+        os.chmod(path, 0o600)
+        _write_pid_file()
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stopped.set)
+        async with server:
+            await stopped.wait()
+        for group in list(self.groups):
+            _signal_group(group, signal.SIGTERM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            frame = await _read_frame(reader)
+            if frame is None:
+                return
+            kind, payload = frame
+            if kind == _PING:
+                writer.write(_frame(_PONG))
+            elif kind == _REQUEST:
+                await self._run(json.loads(payload), reader, writer)
+            else:
+                writer.write(_frame(_ERROR, b"k8sjobs-rsh: unexpected request"))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def _run(
+        self, request: Mapping[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Run one command, relaying its streams, and send its exit status."""
+        command = self._translate(str(request.get("command", "")), str(request.get("sandbox", "")))
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            command or "exec $SHELL",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=self.home,
+            process_group=0,  # its own group: stopped alone when its client leaves
+        )
+        self.groups.add(process.pid)
+        assert process.stdin and process.stdout and process.stderr
+        outputs = [
+            asyncio.ensure_future(_relay(process.stdout, writer, _STDOUT)),
+            asyncio.ensure_future(_relay(process.stderr, writer, _STDERR)),
+        ]
+        inputs = asyncio.ensure_future(_feed(reader, process.stdin))
+        relayed: asyncio.Future[Any] = asyncio.gather(*outputs)
+        try:
+            await asyncio.wait([inputs, relayed], return_when="FIRST_COMPLETED")
+            if inputs.done():  # the client left before the command ended: stop it
+                await _stop(process)
+            await asyncio.gather(*outputs)
+            code = await process.wait()
+            writer.write(_frame(_EXIT, str(code if code >= 0 else _UNREACHABLE).encode()))
+        finally:
+            inputs.cancel()
+            self.groups.discard(process.pid)
+
+    def _translate(self, command: str, client_sandbox: str) -> str:
+        """Return ``command`` with the client's sandbox prefix turned into this pod's."""
+        if not client_sandbox or not self.sandbox or client_sandbox == self.sandbox:
+            return command
+        return command.replace(client_sandbox.rstrip("/") + "/", self.sandbox.rstrip("/") + "/")
+
+
+async def _relay(stream: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: bytes) -> None:
+    """Send a process's output to the client until its end (a gone client is ignored)."""
+    while chunk := await stream.read(_CHUNK):
+        with contextlib.suppress(ConnectionError):
+            writer.write(_frame(kind, chunk))
+            await writer.drain()
+
+
+async def _feed(reader: asyncio.StreamReader, stdin: asyncio.StreamWriter) -> None:
+    """Pass the client's stdin to the process; returns when the client has left."""
+    while (frame := await _read_frame(reader)) is not None:
+        kind, payload = frame
+        with contextlib.suppress(ConnectionError):
+            if kind == _STDIN:
+                stdin.write(payload)
+                await stdin.drain()
+            elif kind == _STDIN_EOF:
+                stdin.close()
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Stop a command's process group: SIGTERM, then SIGKILL after the grace time."""
+    _signal_group(process.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), _STOP_GRACE)
+    _signal_group(process.pid, signal.SIGKILL)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
+
+
+def _write_pid_file() -> None:
+    """Write our pid where sshd writes its own, for the workers' readiness probe."""
+    directory = os.environ.get("K8SJOBS_SSHD_DIR")
+    if directory and os.path.isdir(directory):
+        with contextlib.suppress(OSError):
+            Path(directory, "sshd.pid").write_text(f"{os.getpid()}\n")
+
+
+def _serve() -> int:
+    """Serve this pod's socket until SIGTERM; exit as SIGTERM would have ended sshd."""
+    directory = os.environ.get("K8SJOBS_AGENT_DIR")
+    hostname = os.environ.get("HOSTNAME")
+    if not directory or not hostname:
+        print("k8sjobs-rsh: --serve needs K8SJOBS_AGENT_DIR and HOSTNAME", file=sys.stderr)
+        return 2
+    namespace = os.environ.get("K8SJOBS_AGENT_NAMESPACE", "default")
+    asyncio.run(_Server().serve(socket_path(directory, namespace, hostname)))
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return 143
+
+
+def main(argv: list[str]) -> int:
+    """Run as ``k8sjobs-rsh``: the client (ssh's command line), ``--serve`` or ``--check``."""
+    try:
+        if argv[:1] == ["--serve"]:
+            return _serve()
+        if argv[:1] == ["--check"] and len(argv) == 2:
+            return _check(argv[1])
+        host, words = _parse_ssh(argv)
+        # ssh joins the words with spaces and lets the remote shell parse them.
+        return _run_remote(host, " ".join(words))
+    except _Unreachable as error:
+        print(error, file=sys.stderr)
+        return _UNREACHABLE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
