@@ -62,7 +62,9 @@ which ``judge()`` reports as the reason. A worker whose image cannot serve sshd 
 instead of sshd.
 
 ``$(LAUNCHER)`` expands to ``mpirun -np {procs} --hostfile {hostfile}`` (Open MPI) or
-``mpiexec -n {procs} -f {hostfile}`` (MPICH, Intel MPI) with the call's counts, unless the
+``mpiexec -n {procs} -f {hostfile}`` (MPICH, Intel MPI) with the call's counts, where
+``{hostfile}`` is ``"$K8SJOBS_HOSTFILE"`` (the script names its surroundings by variables, so
+that the local runner's path translation reaches them too), unless the
 step gives its own ``launcher`` template. ``launch: none`` keeps every index running the
 whole script (for users who bring their own bootstrap), with ``--host`` lists as before.
 """
@@ -233,6 +235,7 @@ def launcher_env(step: Step, name: str, namespace: str, config_dir: str) -> list
     workers = hosts(name, namespace, step.resources.nodes)[1:]
     assert step.worker_wait is not None  # Step refuses None
     own = [
+        ("K8SJOBS_HOSTFILE", path),
         ("K8SJOBS_WORKER_HOSTS", " ".join(workers)),
         ("K8SJOBS_WORKER_WAIT", str(int(step.worker_wait.total_seconds()))),
         ("K8SJOBS_SSH_ARGS", args),

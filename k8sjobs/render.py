@@ -355,7 +355,8 @@ def expand_launcher(step: Step, name: str, namespace: str = "default") -> str:
             procs_per_node=per_node,
             cores_per_task=res.cores_per_task,
             hosts=hosts,
-            hostfile=f"{ENTRYPOINT_DIR}/{multinode.HOSTFILE_KEY}",
+            # By its variable, never its path: the script text is not translated locally.
+            hostfile='"$K8SJOBS_HOSTFILE"',
         )
         pieces += [script[last : call.start], command]
         last = call.end

@@ -59,9 +59,9 @@ def test_launched_objects_validate_for_each_mpi(mpi: str, security: str) -> None
 @pytest.mark.parametrize(
     ("mpi", "line", "command"),
     [
-        ("openmpi", "{h} slots=4", "mpirun -np {n} --hostfile /k8sjobs/entrypoint/hostfile"),
-        ("mpich", "{h}:4", "mpiexec -n {n} -f /k8sjobs/entrypoint/hostfile"),
-        ("intel", "{h}:4", "mpiexec -n {n} -f /k8sjobs/entrypoint/hostfile"),
+        ("openmpi", "{h} slots=4", 'mpirun -np {n} --hostfile "$K8SJOBS_HOSTFILE"'),
+        ("mpich", "{h}:4", 'mpiexec -n {n} -f "$K8SJOBS_HOSTFILE"'),
+        ("intel", "{h}:4", 'mpiexec -n {n} -f "$K8SJOBS_HOSTFILE"'),
     ],
 )
 def test_hostfile_and_launcher_command_per_mpi(mpi: str, line: str, command: str) -> None:
@@ -77,7 +77,7 @@ def test_hostfile_and_launcher_command_per_mpi(mpi: str, line: str, command: str
 def test_a_custom_launcher_template_is_kept_and_may_name_the_hostfile() -> None:
     step = _step(launcher="srun-like -n {procs} --file {hostfile} --hosts {hosts}")
     data = render(step, TARGET, ssh_key=TEST_KEY).configmap["data"]
-    assert data["entrypoint"].startswith("srun-like -n 12 --file /k8sjobs/entrypoint/hostfile ")
+    assert data["entrypoint"].startswith('srun-like -n 12 --file "$K8SJOBS_HOSTFILE" ')
     assert ".lab.svc:4," in data["entrypoint"]
 
 
@@ -93,6 +93,7 @@ def test_a_custom_launcher_template_is_kept_and_may_name_the_hostfile() -> None:
 def test_launcher_environment_per_mpi(mpi: str, hostfile_var: str, args_var: str) -> None:
     env = _env(render(_step(mpi=mpi), TARGET, ssh_key=TEST_KEY))
     assert env[hostfile_var] == "/k8sjobs/entrypoint/hostfile"
+    assert env["K8SJOBS_HOSTFILE"] == env[hostfile_var]  # what $(LAUNCHER) reads
     args = env[args_var].split()
     assert args[:4] == ["-p", "2222", "-i", "/root/.ssh/id_ed25519"]
     for option in ("StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"):

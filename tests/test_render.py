@@ -389,7 +389,7 @@ def test_launcher_expands_with_process_count_and_hosts(
     hosts = f"localhost:{np}" if slots is None else _hosts(name, slots)
     assert expand_launcher(step, name) == f"mpirun -np {np} --host {hosts} ./a.out"
     launched = Step(name="s", script=f"{call} ./a.out", resources=res)
-    hostfile = "/k8sjobs/entrypoint/hostfile"
+    hostfile = '"$K8SJOBS_HOSTFILE"'
     expected = (
         f"mpirun -np {np} --host {hosts}"
         if nodes == 1

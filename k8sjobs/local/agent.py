@@ -36,7 +36,11 @@ variables above, and points every MPI's remote shell at ``k8sjobs-rsh``, a two-l
 that runs this file (written once under ``$K8SJOBS_AGENT_DIR/bin``: Hydra takes one path,
 not a command line). Open MPI also gets ``orte_leave_session_attached`` (and PRRTE's
 ``prte_leave_session_attached``): without it, mpirun tells each daemon to daemonize, which
-would leave the worker's session and outlive the pod.
+would leave the worker's session and outlive the pod. And since every "node" here has this
+machine's host name, under which Open MPI names its shared-memory segments (two nodes'
+ranks of the same local rank would share one and crash), Open MPI's shared-memory transport
+is off (``btl=^vader,sm``): ranks talk over TCP on loopback (``btl_tcp_if_include=lo``, and
+the daemons too, ``oob_tcp_if_include=lo``), so no network interface is needed either.
 
 This file uses the standard library only and is run as a script, not as ``-m
 k8sjobs.local.agent``: mpirun starts it once per daemon, and importing the package would
@@ -101,6 +105,12 @@ def pod_env(pod: Mapping[str, Any], sandbox: Path) -> dict[str, str]:
         "K8SJOBS_WAIT_WORKERS": f"{shim} --check",
         "OMPI_MCA_plm_rsh_agent": str(shim),
         "OMPI_MCA_orte_leave_session_attached": "1",
+        # Every "node" here has the same host name, under which Open MPI names its shared
+        # memory segments: two nodes' segments would collide. TCP over loopback instead.
+        "OMPI_MCA_btl": "^vader,sm",
+        "OMPI_MCA_btl_tcp_if_include": "lo",
+        "OMPI_MCA_oob_tcp_if_include": "lo",
+        "PRTE_MCA_oob_tcp_if_include": "lo",
         "PRTE_MCA_plm_ssh_agent": str(shim),
         "PRTE_MCA_prte_leave_session_attached": "1",
         "HYDRA_LAUNCHER": "ssh",

@@ -216,7 +216,7 @@ class LocalBackend:
         record = run.record() if run else await self._read_record(handle.study, handle.object_name)
         if not record or not record["pods"]:
             return None
-        pod = record["pods"][-1]
+        pod = _log_pod(record["pods"], handle.object_name)
         return self.runner.log_path(pod, container or MAIN_CONTAINER, namespace=handle.namespace)
 
     def _record_path(self, study: str, object_name: str) -> Path:
@@ -557,7 +557,8 @@ class _JobRun:
     def _complete(self, result: StepResult) -> StepResult:
         pods = list(self.pods)
         container = _LOG_OF.get(result.reason, MAIN_CONTAINER)
-        log = self.backend.runner.log_path(pods[-1], container) if pods else None
+        job_name = self.manifests.name
+        log = self.backend.runner.log_path(_log_pod(pods, job_name), container) if pods else None
         outputs = dict(self.manifests.outputs)
         if result.ok and pods:
             outputs.update(self._pushed(pods))
@@ -565,7 +566,7 @@ class _JobRun:
 
     def _pushed(self, pods: list[str]) -> dict[str, str]:
         """Return the outputs the push container reported, pinned by digest."""
-        index0 = next((p for p in pods if "-0-" in p), pods[0])
+        index0 = _log_pod(pods, self.manifests.name)
         path = self.backend.runner.sandbox(self.manifests.namespace, index0)
         try:
             return read_push_report((path / "volumes" / "status" / OUTPUTS_FILE).read_text())
@@ -585,6 +586,13 @@ class _JobRun:
         # One write at a time, each of the latest record, so the file never goes back in time.
         async with self._save_lock:
             await _write_json(self.path, self.record())
+
+
+def _log_pod(pods: list[str], job_name: str) -> str:
+    """Return the pod whose log tells the step: the latest of index 0 (the launcher), else the
+    latest pod."""
+    launchers = [pod for pod in pods if pod.startswith(f"{job_name}-0-")]
+    return (launchers or pods)[-1]
 
 
 def _now() -> str:
