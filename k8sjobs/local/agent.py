@@ -63,7 +63,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["AGENT_FILE", "main", "pod_env", "resolve", "socket_path"]
+__all__ = ["AGENT_FILE", "main", "parse_ssh", "pod_env", "resolve", "socket_path"]
 
 AGENT_FILE = Path(__file__).resolve()
 SHIM_NAME = "k8sjobs-rsh"
@@ -238,7 +238,7 @@ def _target(host: str) -> str | None:
     return socket_path(directory, target_namespace, hostname)
 
 
-def _parse_ssh(argv: list[str]) -> tuple[str, list[str]]:
+def parse_ssh(argv: list[str]) -> tuple[str, list[str]]:
     """Return (host, command words) from an ssh command line, its options ignored."""
     words = list(argv)
     while words and words[0].startswith("-") and words[0] != "-":
@@ -453,7 +453,7 @@ def main(argv: list[str]) -> int:
             return _serve()
         if argv[:1] == ["--check"] and len(argv) == 2:
             return _check(argv[1])
-        host, words = _parse_ssh(argv)
+        host, words = parse_ssh(argv)
         # ssh joins the words with spaces and lets the remote shell parse them.
         return _run_remote(host, " ".join(words))
     except _Unreachable as error:
