@@ -99,6 +99,9 @@ SECRET_PRIVATE_KEY = "ssh-privatekey"
 SECRET_AUTHORIZED_KEYS = "authorized_keys"
 #: ConfigMap keys this module adds.
 HOSTFILE_KEY = "hostfile"
+#: How a script names the hostfile: by its variable, never its path (the local runner
+#: translates environment values, not script text).
+HOSTFILE_REFERENCE = '"$K8SJOBS_HOSTFILE"'
 ROLE_KEY = "launch"
 SSHD_CONFIG_KEY = "sshd_config"
 

@@ -355,8 +355,7 @@ def expand_launcher(step: Step, name: str, namespace: str = "default") -> str:
             procs_per_node=per_node,
             cores_per_task=res.cores_per_task,
             hosts=hosts,
-            # By its variable, never its path: the script text is not translated locally.
-            hostfile='"$K8SJOBS_HOSTFILE"',
+            hostfile=multinode.HOSTFILE_REFERENCE,
         )
         pieces += [script[last : call.start], command]
         last = call.end

@@ -393,6 +393,6 @@ def test_the_multi_node_example_study_renders_valid_objects() -> None:
     assert_valid(summary)
     assert hello.job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert hello.configmap["data"]["entrypoint"].startswith(
-        "set -euo pipefail\nmpirun -np 4 --hostfile /k8sjobs/entrypoint/hostfile sh -c"
+        'set -euo pipefail\nmpirun -np 4 --hostfile "$K8SJOBS_HOSTFILE" sh -c'
     )
     assert summary.secret is None

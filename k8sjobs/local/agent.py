@@ -63,10 +63,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["AGENT_FILE", "main", "parse_ssh", "pod_env", "resolve", "socket_path"]
+__all__ = [
+    "AGENT_FILE",
+    "TERMINATION_LOG",
+    "main",
+    "parse_ssh",
+    "pod_env",
+    "resolve",
+    "socket_path",
+    "termination_message",
+]
 
 AGENT_FILE = Path(__file__).resolve()
 SHIM_NAME = "k8sjobs-rsh"
+#: Where the role wrapper writes its termination message; the runner reads it back into the
+#: container's terminated state, as a kubelet reads terminationMessagePath.
+TERMINATION_LOG = "K8SJOBS_TERMINATION_LOG"
+_TERMINATION_LIMIT = 4096  # a kubelet keeps at most 4096 bytes of it
 #: ssh's options that take an argument (OpenSSH 9); every other ``-x`` is a flag.
 _SSH_ARGUMENT_OPTIONS = frozenset("BbcDEeFIiJLlmOopQRSWw")
 _HEADER = struct.Struct(">cI")
@@ -118,6 +131,16 @@ def pod_env(pod: Mapping[str, Any], sandbox: Path) -> dict[str, str]:
         "I_MPI_HYDRA_BOOTSTRAP": "ssh",
         "I_MPI_HYDRA_BOOTSTRAP_EXEC": str(shim),
     }
+
+
+def termination_message(path: Path) -> str | None:
+    """Return a container's termination message (at most 4096 bytes), or None if it wrote none."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read(_TERMINATION_LIMIT).decode(errors="replace").strip()
+    except OSError:
+        return None
+    return text or None
 
 
 def _write_shim(directory: Path) -> Path:

@@ -51,6 +51,7 @@ from ._process import (
 )
 from ._sources import ConfigError, ConfigMapSource, SecretSource, Sources
 from ._volumes import PathMap, materialise, plan_volume, volumes_with_access
+from .agent import TERMINATION_LOG, termination_message
 
 __all__ = ["ConfigMapSource", "PodRunner", "SecretSource", "StatusSink"]
 
@@ -219,6 +220,8 @@ class _PodRun:
             **self.agent_env,
             **self.extra_env,
         }
+        if self.agent_env:  # the role wrapper's termination message (multinode.py)
+            env[TERMINATION_LOG] = str(self._termination_log(container["name"]))
         working_dir = container.get("workingDir")
         cwd = paths.translate(working_dir) if working_dir else str(self.sandbox / "home")
         limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
@@ -231,6 +234,10 @@ class _PodRun:
             cwd=cwd,
             memory_limit=parse_bytes(limit) if limit is not None else None,
         )
+
+    def _termination_log(self, container: str) -> Path:
+        """Return where a container writes its termination message (terminationMessagePath)."""
+        return self.sandbox / "logs" / f"{container}.termination-log"
 
     def _handoff_call(self, launch: Launch) -> HandoffCall | None:
         """Return the in-process handoff a container is, or None to run it as a process."""
@@ -277,6 +284,7 @@ class _PodRun:
             await supervisor.wait()
         finally:
             exit_code, reason = supervisor.outcome()
-            self.status.terminated(name, exit_code, reason, None, started, process.pid)
+            message = termination_message(self._termination_log(name))
+            self.status.terminated(name, exit_code, reason, message, started, process.pid)
             self.status.report()
         return exit_code

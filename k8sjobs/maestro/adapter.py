@@ -49,7 +49,7 @@ from ..kube.config import load_config
 from ..kube.create import create_step
 from ..kube.watch import wait_deleted
 from ..names import is_dns_label, job_name
-from ..render import ENTRYPOINT_DIR, MAIN_CONTAINER, Manifests, Target, render
+from ..render import MAIN_CONTAINER, Manifests, Target, render
 from ..spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
 from ..sshkey import key_for
 from ..state import StepResult, StepState
@@ -86,8 +86,8 @@ ANNOTATION_LOG = "maestro.k8sjobs.io/log-name"
 JOB_NAME_VARIABLE = "KUBE_JOB_NAME"
 #: The run-block key under which a step's launch settings reach get_parallelize_command.
 _LAUNCH_PLAN = "k8sjobs launch"
-#: Where a multi-node step's hostfile is in its pods.
-HOSTFILE = f"{ENTRYPOINT_DIR}/{multinode.HOSTFILE_KEY}"
+#: A multi-node step's hostfile, as its script names it.
+HOSTFILE = multinode.HOSTFILE_REFERENCE
 #: Seconds one blocking call may take before Maestro is told it failed.
 CALL_TIMEOUT = 300.0
 #: Pod failure reasons that say the machine, not the step, failed: Maestro resubmits.

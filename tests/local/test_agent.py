@@ -244,3 +244,17 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
             return
         await asyncio.sleep(0.05)
     raise TimeoutError(f"still false after {timeout} s")
+
+
+async def test_the_role_wrapper_termination_message_is_read_back(tmp_path: Path) -> None:
+    runner = PodRunner(tmp_path / "pods", kill_grace=1.0)
+    message = "WorkersUnreachable: worker x did not answer"
+    script = f'printf "{message}\\n" > "$K8SJOBS_TERMINATION_LOG"; exit 1'
+    final = await runner.run(
+        pod(0, script),
+        configmap=lambda name: {},
+        secret=lambda name: {},
+        on_status=lambda status: None,
+    )
+    terminated = final["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["message"]) == (1, message)

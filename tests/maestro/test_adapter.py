@@ -54,14 +54,14 @@ def adapter(**batch: Any) -> KubernetesScriptAdapter:
         (
             "$(LAUNCHER)[2n, 8p] ./sim",
             {"nodes": 2, "procs": 8},
-            "mpirun -np 8 --hostfile /k8sjobs/entrypoint/hostfile ./sim",
+            'mpirun -np 8 --hostfile "$K8SJOBS_HOSTFILE" ./sim',
         ),
         (
             # One per line: maestrowf's own pattern is greedy within a line.
             "$(LAUNCHER)[1n, 3p] a\n$(LAUNCHER)[1n, 2p] b",
             {"nodes": 2, "procs": 5},
-            "mpirun -np 3 --hostfile /k8sjobs/entrypoint/hostfile a\n"
-            "mpirun -np 2 --hostfile /k8sjobs/entrypoint/hostfile b",
+            'mpirun -np 3 --hostfile "$K8SJOBS_HOSTFILE" a\n'
+            'mpirun -np 2 --hostfile "$K8SJOBS_HOSTFILE" b',
         ),
         (
             "$(LAUNCHER)[1, 2] ./sim",
@@ -86,7 +86,7 @@ def test_get_parallelize_command_takes_maestro_strings_and_a_template() -> None:
         "mpirun -np 8 --host ${KUBE_JOB_NAME}-0.${KUBE_JOB_NAME}:4,"
         "${KUBE_JOB_NAME}-1.${KUBE_JOB_NAME}:4"
     )
-    hostfile = "/k8sjobs/entrypoint/hostfile"
+    hostfile = '"$K8SJOBS_HOSTFILE"'
     assert adapter().get_parallelize_command("8", "2") == f"mpirun -np 8 --hostfile {hostfile}"
     mpich = adapter(mpi="mpich").get_parallelize_command(8, 2)
     assert mpich == f"mpiexec -n 8 -f {hostfile}"
@@ -357,9 +357,9 @@ async def test_docs_python_example_runs(
 @pytest.mark.parametrize(
     ("batch", "launch", "command"),
     [
-        ({}, "ssh", "mpirun -np 4 --hostfile /k8sjobs/entrypoint/hostfile ./sim"),
-        ({"mpi": "intel"}, "ssh", "mpiexec -n 4 -f /k8sjobs/entrypoint/hostfile ./sim"),
-        ({"steps": {"s": {"mpi": "mpich"}}}, "ssh", "mpiexec -n 4 -f /k8sjobs/entrypoint/hostfile"),
+        ({}, "ssh", 'mpirun -np 4 --hostfile "$K8SJOBS_HOSTFILE" ./sim'),
+        ({"mpi": "intel"}, "ssh", 'mpiexec -n 4 -f "$K8SJOBS_HOSTFILE" ./sim'),
+        ({"steps": {"s": {"mpi": "mpich"}}}, "ssh", 'mpiexec -n 4 -f "$K8SJOBS_HOSTFILE"'),
         ({"steps": {"s": {"launch": "none"}}}, "none", "mpirun -np 4 --host ${KUBE_JOB_NAME}-0."),
     ],
 )
