@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("study", type=Path, help="the study YAML file")
     _add_target(run)
     run.add_argument("--max-parallel", type=int, default=None, help="steps running at once")
+    run.add_argument(
+        "--cpu",
+        type=float,
+        default=None,
+        help="cores the local backend hands out (default: this machine's); more than it has "
+        "oversubscribes it, e.g. to try a multi-node MPI step on a laptop",
+    )
     run.add_argument("--name", help="study name (default: the file's name field)")
     run.add_argument("--keep-failed", action="store_true", help="keep failed Jobs for debugging")
     run.add_argument("--plain", action="store_true", help="plain line output, even on a terminal")
@@ -228,8 +235,16 @@ def _session(args: argparse.Namespace, study: str) -> Session:
         handoff_image=args.handoff_image,
         log_dir=args.state_dir / "logs",
         keep_failed=getattr(args, "keep_failed", False),
-        options={"state_dir": args.state_dir} if args.backend == "local" else None,
+        options=_local_options(args) if args.backend == "local" else None,
     )
+
+
+def _local_options(args: argparse.Namespace) -> dict[str, object]:
+    """Return the LocalBackend's options from the command line."""
+    options: dict[str, object] = {"state_dir": args.state_dir}
+    if getattr(args, "cpu", None) is not None:
+        options["cpu"] = args.cpu
+    return options
 
 
 async def _cmd_run(args: argparse.Namespace) -> int:

@@ -91,7 +91,7 @@ def test_local_page_examples_print_what_they_say(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     blocks = _BLOCK.findall(LOCAL_PAGE.read_text())
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for index, code in enumerate(blocks):
         exec(compile(code, f"local.md[example {index + 1}]", "exec"), {"__name__": "docs"})
         printed = capsys.readouterr().out
@@ -99,3 +99,22 @@ def test_local_page_examples_print_what_they_say(
             shown = comment.split("...")[0]  # "..." stands for what varies
             assert shown in printed, f"example {index + 1} did not print {shown!r}"
     assert (tmp_path / ".k8sjobs" / "steps").is_dir()
+
+
+def test_mpi_study_runs_on_the_local_backend(tmp_path: Path) -> None:
+    """examples/mpi: a real mpirun across two local "nodes", then the summary of its ranks."""
+
+    def k8sjobs(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "k8sjobs.cli", *argv]
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    # Two pods of two cores each; --cpu lets a smaller machine run them (mpirun uses slots).
+    done = k8sjobs("run", str(EXAMPLES / "mpi" / "study.yaml"), "--cpu", "4", "--plain")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 succeeded" in done.stdout
+    ranks = k8sjobs("logs", "--study", "mpi-hello", "hello").stdout.splitlines()
+    assert [line.split(" on ")[0] for line in ranks] == [f"rank {i} of 4" for i in range(4)]
+    summary = k8sjobs("logs", "--study", "mpi-hello", "summary").stdout.split()
+    # Two ranks on each pod: index 0 (the launcher) and index 1 (the worker).
+    assert summary[0::2] == ["2", "2"]
+    assert [name.rsplit("-", 1)[1] for name in summary[1::2]] == ["0", "1"]
