@@ -42,6 +42,13 @@ ranks of the same local rank would share one and crash), Open MPI's shared-memor
 is off (``btl=^vader,sm``): ranks talk over TCP on loopback (``btl_tcp_if_include=lo``, and
 the daemons too, ``oob_tcp_if_include=lo``), so no network interface is needed either.
 
+The contract with the role wrapper (``k8sjobs/multinode.py``), as the rendered pod leaves it
+to the backend: the wrapper runs ``$K8SJOBS_WORKER_SERVE`` instead of sshd on a worker,
+checks each worker with ``$K8SJOBS_WAIT_WORKERS <host>`` instead of ``ssh <host> true``, and
+writes its termination message to ``$K8SJOBS_TERMINATION_LOG`` (the runner reads it back
+into the container's status, as a kubelet reads ``terminationMessagePath``). Render never
+sets these, nor the MPI agent variables; this module sets them all for local pods.
+
 This file uses the standard library only and is run as a script, not as ``-m
 k8sjobs.local.agent``: mpirun starts it once per daemon, and importing the package would
 cost a second each time.

@@ -78,9 +78,11 @@ class Worker:
         return process.returncode, out.decode(), err.decode()
 
 
-@pytest.fixture
-async def worker(tmp_path: Path) -> AsyncIterator[Worker]:
-    runner = PodRunner(tmp_path / "pods", kill_grace=1.0)
+@pytest.fixture(params=["short", "long"])
+async def worker(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Worker]:
+    # A socket's path must fit 108 bytes; a deeper state directory goes through /proc/self/fd.
+    root = tmp_path / "pods" if request.param == "short" else tmp_path / ("d" * 120) / "pods"
+    runner = PodRunner(root, kill_grace=1.0)
     serving = Worker(runner)
     task = asyncio.create_task(
         runner.run(
