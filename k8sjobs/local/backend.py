@@ -375,8 +375,8 @@ class _JobRun:
     async def _run_indexes(self, nodes: int, backoff_limit: int) -> str:
         """Run the indexes until the Job's policies call the end.
 
-        Returns "" (success), or why not: "backoff", "failed-indexes", "config",
-        "cancelled". With ``backoffLimitPerIndex`` each index counts its own failures, and an
+        Returns "" (success), or why not: "backoff", "max-failed-indexes", "failed-indexes",
+        "config", "cancelled". With ``backoffLimitPerIndex`` each index counts its own failures, and an
         index over its limit is failed for good (``failedIndexes``); more failed indexes
         than ``maxFailedIndexes`` fail the Job at once. A ``successPolicy`` met ends the Job
         as soon as its indexes succeed; the others are stopped, as Kubernetes stops them.
@@ -589,8 +589,7 @@ class _JobRun:
 
 
 def _log_pod(pods: list[str], job_name: str) -> str:
-    """Return the pod whose log tells the step: the latest of index 0 (the launcher), else the
-    latest pod."""
+    """Return the pod whose log tells the step: index 0's latest (the launcher), else the last."""
     launchers = [pod for pod in pods if pod.startswith(f"{job_name}-0-")]
     return (launchers or pods)[-1]
 
