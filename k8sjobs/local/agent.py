@@ -157,7 +157,8 @@ def _write_shim(directory: Path) -> Path:
     with contextlib.suppress(OSError):
         if shim.read_text() == text:
             return shim
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # .agents: ours only
+    directory.mkdir(exist_ok=True, mode=0o700)
     temporary = directory / f".{SHIM_NAME}.{os.getpid()}.{threading.get_ident()}"
     temporary.write_text(text)
     temporary.chmod(0o755)

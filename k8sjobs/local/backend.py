@@ -376,9 +376,9 @@ class _JobRun:
         """Run the indexes until the Job's policies call the end.
 
         Returns "" (success), or why not: "backoff", "max-failed-indexes", "failed-indexes",
-        "config", "cancelled". With ``backoffLimitPerIndex`` each index counts its own failures, and an
-        index over its limit is failed for good (``failedIndexes``); more failed indexes
-        than ``maxFailedIndexes`` fail the Job at once. A ``successPolicy`` met ends the Job
+        "config", "cancelled". With ``backoffLimitPerIndex`` each index counts its own
+        failures, and an index over its limit is failed for good (``failedIndexes``); more
+        failed indexes than ``maxFailedIndexes`` fail the Job at once. A ``successPolicy`` met ends the Job
         as soon as its indexes succeed; the others are stopped, as Kubernetes stops them.
         """
         spec = self.job["spec"]

@@ -125,6 +125,11 @@ async def test_paths_into_the_launcher_sandbox_become_the_worker_own(worker: Wor
     assert (code, out) == (0, f"{target}/volumes/work/x\n")
 
 
+async def test_only_this_user_can_reach_the_sockets(worker: Worker) -> None:
+    agents = Path(worker.launcher_env()["K8SJOBS_AGENT_DIR"])
+    assert [mode(agents), mode(agents / "default")] == [0o700, 0o700]
+
+
 async def test_an_unknown_host_is_exit_255_as_ssh_says_it(worker: Worker) -> None:
     code, out, err = await worker.ssh("job-7.job.default.svc", "true")
     assert (code, out) == (255, "")
@@ -228,6 +233,11 @@ def test_a_host_name_resolves_to_its_pod_and_namespace(
 def test_ssh_options_are_taken_and_ignored(options: list[list[str]], words: list[str]) -> None:
     argv = [word for option in options for word in option]
     assert agent.parse_ssh([*argv, "job-1.job", *words]) == ("job-1.job", words)
+
+
+def mode(path: Path) -> int:
+    """Return a file's permission bits."""
+    return path.stat().st_mode & 0o777
 
 
 def alive(pid: int) -> bool:
