@@ -378,8 +378,9 @@ class _JobRun:
         Returns "" (success), or why not: "backoff", "max-failed-indexes", "failed-indexes",
         "config", "cancelled". With ``backoffLimitPerIndex`` each index counts its own
         failures, and an index over its limit is failed for good (``failedIndexes``); more
-        failed indexes than ``maxFailedIndexes`` fail the Job at once. A ``successPolicy`` met ends the Job
-        as soon as its indexes succeed; the others are stopped, as Kubernetes stops them.
+        failed indexes than ``maxFailedIndexes`` fail the Job at once. A ``successPolicy``
+        met ends the Job as soon as its indexes succeed; the others are stopped, as
+        Kubernetes stops them.
         """
         spec = self.job["spec"]
         status = self.job["status"]
