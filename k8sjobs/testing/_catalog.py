@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ._crd import CustomKind
 from ._discovery import DISCOVERY
 from ._resources import Resource
 
@@ -96,7 +97,7 @@ def _resource_list(
 
 def _resource_entry(res: Resource) -> dict[str, Any]:
     hooks = res.hooks
-    custom = getattr(hooks, "crd", None) is not None
+    custom = isinstance(hooks, CustomKind)
     entry: dict[str, Any] = {
         "name": res.plural,
         "singularName": getattr(hooks, "singular", res.kind.lower()),
@@ -104,7 +105,7 @@ def _resource_entry(res: Resource) -> dict[str, Any]:
         "kind": res.kind,
         "verbs": _CUSTOM_VERBS if custom else _ALL_VERBS,
     }
-    short_names = list(getattr(hooks, "short_names", ()) or (["crd", "crds"] if not custom else []))
+    short_names = list(getattr(hooks, "short_names", ()))
     if short_names:
         entry["shortNames"] = short_names
     categories = list(getattr(hooks, "categories", ()))

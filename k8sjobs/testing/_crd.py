@@ -34,6 +34,8 @@ class CrdHooks:
 
     served: tuple[str, ...] = ("v1",)
     builtin_schema: bool = True
+    singular = "customresourcedefinition"
+    short_names = ("crd", "crds")
 
     def prepare(self, obj: Obj, old: Obj | None) -> None:
         """Fill in the defaults the API server writes on a CRD (singular, listKind, status)."""

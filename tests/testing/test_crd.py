@@ -94,6 +94,10 @@ async def test_discovery_lists_the_custom_group_and_resource(
     assert by_name["miniclusters"]["namespaced"] is True
     assert by_name["miniclusters"]["shortNames"] == ["mc"]
     assert by_name["miniclusters/status"]["verbs"] == ["get", "patch", "update"]
+    _, extensions = await call(http, "GET", f"{cluster.url}/apis/apiextensions.k8s.io/v1")
+    [crds, _status] = extensions["resources"]
+    assert (crds["name"], crds["namespaced"]) == ("customresourcedefinitions", False)
+    assert crds["shortNames"] == ["crd", "crds"]
 
 
 async def test_custom_objects_crud_and_watch(
