@@ -21,7 +21,14 @@ import yaml
 
 from .spec import check_dns_label
 
-__all__ = ["DEFAULT_SERVICE_ACCOUNT", "RULES", "Rule", "add_rbac_command", "rbac_objects"]
+__all__ = [
+    "DEFAULT_SERVICE_ACCOUNT",
+    "MINICLUSTER_RULES",
+    "RULES",
+    "Rule",
+    "add_rbac_command",
+    "rbac_objects",
+]
 
 DEFAULT_SERVICE_ACCOUNT = "k8sjobs"
 
@@ -81,8 +88,30 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def rbac_objects(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT) -> list[Any]:
-    """Return the ServiceAccount, Role and RoleBinding that let k8sjobs run in ``namespace``."""
+#: Added by ``--minicluster``: steps with ``target: minicluster`` (the Flux Operator). Their
+#: Job and pods are the operator's, followed through the Job and Pod rules above.
+MINICLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(
+        "flux-framework.org",
+        "miniclusters",
+        ("create", "get", "delete"),
+        "create a target: minicluster step's MiniCluster; get it when the name is taken; "
+        "delete it to cancel, replace or clean up (its Job alone would be made again)",
+    ),
+)
+
+
+def _rules(minicluster: bool) -> tuple[Rule, ...]:
+    return RULES + MINICLUSTER_RULES if minicluster else RULES
+
+
+def rbac_objects(
+    namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT, *, minicluster: bool = False
+) -> list[Any]:
+    """Return the ServiceAccount, Role and RoleBinding that let k8sjobs run in ``namespace``.
+
+    ``minicluster`` adds the rights Flux Operator steps need (``MINICLUSTER_RULES``).
+    """
     check_dns_label(namespace, "namespace")
     check_dns_label(service_account, "service account name")
     labels = {"app.kubernetes.io/managed-by": "k8sjobs"}
@@ -97,7 +126,7 @@ def rbac_objects(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT)
         "metadata": meta(service_account),
         "rules": [
             {"apiGroups": [r.group], "resources": [r.resource], "verbs": list(r.verbs)}
-            for r in RULES
+            for r in _rules(minicluster)
         ],
     }
     binding = {
@@ -114,17 +143,20 @@ def rbac_objects(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT)
     return [account, role, binding]
 
 
-def rbac_yaml(namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT) -> str:
+def rbac_yaml(
+    namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT, *, minicluster: bool = False
+) -> str:
     """Return ``rbac_objects`` as one YAML stream for ``kubectl apply -f -``, rules explained."""
     header = [f"# k8sjobs: the rights it needs in namespace {namespace}, and nothing else."]
-    for rule in RULES:
+    for rule in _rules(minicluster):
         header += textwrap.wrap(
             f"{rule.resource}: {rule.why}",
             width=98,
             initial_indent="#   ",
             subsequent_indent="#     ",
         )
-    body = yaml.safe_dump_all(rbac_objects(namespace, service_account), sort_keys=False)
+    objects = rbac_objects(namespace, service_account, minicluster=minicluster)
+    body = yaml.safe_dump_all(objects, sort_keys=False)
     return "\n".join(header) + "\n" + body
 
 
@@ -141,9 +173,14 @@ def add_rbac_command(commands: Any) -> None:
         default=DEFAULT_SERVICE_ACCOUNT,
         help=f"the ServiceAccount to create and bind (default {DEFAULT_SERVICE_ACCOUNT})",
     )
+    parser.add_argument(
+        "--minicluster",
+        action="store_true",
+        help="also the rights of target: minicluster steps (Flux Operator MiniClusters)",
+    )
     parser.set_defaults(func=_cmd_rbac)
 
 
 def _cmd_rbac(args: argparse.Namespace) -> int:
-    sys.stdout.write(rbac_yaml(args.namespace, args.service_account))
+    sys.stdout.write(rbac_yaml(args.namespace, args.service_account, minicluster=args.minicluster))
     return 0

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
-from . import multinode
+from . import minicluster, multinode
 from ._version import __version__
 from .multinode import SshKey
 from .names import job_name, label_value
@@ -33,6 +33,7 @@ from .podsecurity import check_restricted
 from .spec import (
     ANNOTATIONS_LIMIT,
     CONFIGMAP_LIMIT,
+    DEFAULT_LAUNCHER,
     USER_SETTABLE_ENV,
     SecretKeyRef,
     Step,
@@ -220,12 +221,16 @@ def render(
     secret = _secret(step, meta, ssh_key)
     service = _service(meta) if step.resources.nodes > 1 else None
     job = _job(step, target, meta, bool(refs), bool(outputs))
-    if step.security == "restricted":
+    if step.target == "minicluster":  # the operator makes the Job and the Service
+        service, job = None, _minicluster(step, target, meta)
+    if step.security == "restricted" and step.target == "job":
         _check_restricted(step, job["spec"]["template"])
     spec_hash = _spec_hash(configmap, job, secret, service)
     for obj in (configmap, job, secret, service):
         if obj is not None:
             obj["metadata"]["labels"][LABEL_HASH] = spec_hash
+    if step.target == "minicluster":  # the operator's Job carries it too (adoption)
+        job["spec"]["jobLabels"][LABEL_HASH] = spec_hash
     return Manifests(name, namespace, spec_hash, configmap, job, secret, service, outputs)
 
 
@@ -340,6 +345,8 @@ def expand_launcher(step: Step, name: str, namespace: str = "default") -> str:
     """Return the script with every ``$(LAUNCHER)[...]`` replaced by the launcher command."""
     res = step.resources
     template = multinode.launcher_template(step)
+    if step.target == "minicluster" and step.launcher == DEFAULT_LAUNCHER:
+        template = minicluster.LAUNCHER
     script, pieces, last = step.script, [], 0
     for call in find_launcher_calls(script):
         nodes, procs = call.counts(res)
@@ -600,6 +607,17 @@ def _job(
         job_meta["labels"]["kueue.x-k8s.io/queue-name"] = step.queue
         spec["suspend"] = True
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": spec}
+
+
+def _minicluster(step: Step, target: Target, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the Flux Operator MiniCluster that stands for the Job (k8sjobs.minicluster)."""
+    name, namespace = str(meta["name"]), str(meta["namespace"])
+    env = _env(step, target, False) + _user_env(step, name, namespace)
+    # Secret values reach the operator by reference (its "secrets"), not as env entries.
+    env = [e for e in env if "value" in e]
+    return minicluster.minicluster(
+        step, _meta(meta), env, entrypoint_dir=ENTRYPOINT_DIR, resources=_resources(step)
+    )
 
 
 def _check_restricted(step: Step, template: Mapping[str, Any]) -> None:

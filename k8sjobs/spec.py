@@ -439,6 +439,9 @@ class Step(_Model):
     worker_wait: Duration = Field(
         timedelta(minutes=5), description="How long the launcher waits for its workers."
     )
+    # What runs the step: a Job, or a Flux Operator MiniCluster (k8sjobs/minicluster.py).
+    target: Literal["job", "minicluster"] = "job"
+    flux_in_image: bool = Field(False, description="The image has Flux: no Flux view.")
 
     @classmethod
     def from_script_file(cls, path: str | Path, **fields: Any) -> Step:
@@ -651,7 +654,7 @@ class Step(_Model):
     @property
     def launch_mode(self) -> Literal["ssh", "none"]:
         """Return how a multi-node step is launched ("none" for one node: nothing to reach)."""
-        if self.resources.nodes == 1:
+        if self.resources.nodes == 1 or self.target == "minicluster":  # Flux launches
             return "none"
         return self.launch or "ssh"
 
@@ -678,6 +681,13 @@ class Step(_Model):
                 'be pushed as outputs; keep the key pair elsewhere, e.g. "/root/.ssh"',
                 ssh_dir,
             )
+        return self
+
+    @model_validator(mode="after")
+    def _minicluster_fits(self) -> Step:
+        if self.target == "minicluster":
+            for loc, message in minicluster_problems(self):
+                raise _field_error("Step", (loc,), message, getattr(self, loc))
         return self
 
     @model_validator(mode="after")
@@ -711,3 +721,41 @@ class Step(_Model):
                 continue
             raise _field_error("Step", ("script",), f"script: {message}", text)
         return self
+
+
+def minicluster_problems(step: Step) -> list[tuple[str, str]]:
+    """Return (field, message) for each part of ``step`` a Flux Operator MiniCluster cannot carry.
+
+    What its v1alpha2 API has no room for (see k8sjobs/minicluster.py, which renders it).
+    """
+    found: list[tuple[str, str]] = []
+    if step.inputs or step.outputs:
+        found.append(
+            (
+                "inputs" if step.inputs else "outputs",
+                "a MiniCluster pod has no room for k8sjobs' handoff containers (the Flux "
+                "Operator's API takes no init or extra containers), so a target: minicluster "
+                "step cannot read or write artifacts; hand them over in a target: job step "
+                "before or after it",
+            )
+        )
+    if step.security == "restricted":
+        found.append(
+            (
+                "security",
+                "the Flux Operator runs its Flux view and brokers as root and takes no pod "
+                'securityContext beyond fsGroup, so target: minicluster cannot be "restricted"; '
+                "use target: job (launch: ssh) in a restricted namespace",
+            )
+        )
+    if step.launch is not None:
+        found.append(("launch", "Flux launches a target: minicluster step; leave launch unset"))
+    if len(step.image_pull_secrets) > 1:
+        found.append(("image_pull_secrets", "a MiniCluster container takes one image pull secret"))
+    if any(not word or any(ch.isspace() for ch in word) for word in step.argv):
+        found.append(
+            ("shell", "the Flux Operator splits the command at spaces; no word may hold one")
+        )
+    if step.queue:
+        found.append(("queue", "a MiniCluster is not suspended for Kueue; leave queue unset"))
+    return found

@@ -165,7 +165,7 @@ def _failed(base: StepResult, job: Obj, cond: Obj, pods: list[Obj]) -> StepResul
     failed_pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
     if not failed_pods:
         return result
-    if is_launched(job) and job_reason not in _WHOLE_JOB_REASONS:
+    if (is_launched(job) or _flux_operated(job)) and job_reason not in _WHOLE_JOB_REASONS:
         return _launch_failed(result, failed_pods)
     reason, message, code = _pod_failure(failed_pods[-1])
     if job_reason in _POLICY_REASONS:
@@ -176,6 +176,12 @@ def _failed(base: StepResult, job: Obj, cond: Obj, pods: list[Obj]) -> StepResul
     else:
         message += f" ({job_reason})"
     return result.evolve(reason=reason, message=message, exit_code=code)
+
+
+def _flux_operated(job: Obj) -> bool:
+    """Return whether ``job`` is a Flux Operator MiniCluster's: index 0 runs the command."""
+    refs = (job.get("metadata") or {}).get("ownerReferences") or ()
+    return any(ref.get("kind") == "MiniCluster" for ref in refs)
 
 
 def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:

@@ -39,6 +39,7 @@ from ..status import IMAGE_ERRORS, grace_deadline, judge
 from .client import (
     CONFIGMAPS,
     JOBS,
+    MINICLUSTERS,
     POD_LOGS,
     PODS,
     ClientOptions,
@@ -46,7 +47,7 @@ from .client import (
     KubeClient,
 )
 from .config import ClusterConfig, load_config
-from .create import create_step
+from .create import create_step, top_kind
 from .watch import Change, Informer, WatchStats
 
 __all__ = ["KubernetesBackend"]
@@ -218,6 +219,8 @@ class KubernetesBackend:
         _check_watch_bounds(self._options.watch_idle, relist_interval)
         self._client: KubeClient | None = None
         self._watches: dict[tuple[str, str], StudyWatch] = {}
+        # (namespace, name) of the steps this driver sent as Flux Operator MiniClusters.
+        self._miniclusters: set[tuple[str, str]] = set()
         self._watch_lock = asyncio.Lock()
         self._cancelled: set[tuple[str, str]] = set()
         self._replacing: set[tuple[str, str]] = set()
@@ -278,6 +281,8 @@ class KubernetesBackend:
         watch = await self._watch(handle.namespace, handle.study)
         name = manifests.name
         key = (manifests.namespace, name)
+        if top_kind(manifests.job) is MINICLUSTERS:
+            self._miniclusters.add(key)
         if replace:
             # The old Job's deletion is ours: it must not read as a LOST step.
             self._replacing.add(key)
@@ -303,6 +308,13 @@ class KubernetesBackend:
         async with asyncio.timeout(self._options.timeout * 4):
             await gone.wait()
         watch.gone.pop(name, None)
+
+    async def _top_kind(self, handle: StepHandle) -> Kind:
+        """Return what to delete to end ``handle``'s step: its Job, or its MiniCluster."""
+        if (handle.namespace, handle.object_name) in self._miniclusters:
+            return MINICLUSTERS  # sent by this driver: known before the watch sees its Job
+        watch = await self._watch(handle.namespace, handle.study)
+        return top_kind(watch.jobs.cache.objects.get(handle.object_name) or {})
 
     async def _delete(self, kind: Kind, namespace: str, name: str, propagation: str) -> None:
         with contextlib.suppress(NotFound):
@@ -350,7 +362,7 @@ class KubernetesBackend:
         self._cancelled.add(key)
         with contextlib.suppress(NotFound):
             await self.client.delete(
-                JOBS, handle.namespace, handle.object_name, propagation="Background"
+                await self._top_kind(handle), key[0], key[1], propagation="Background"
             )
         handle.report(
             handle.result.evolve(
@@ -422,7 +434,8 @@ class KubernetesBackend:
         if not result.ok and not self.keep_failed:
             # Only now: the log is saved and the handle is final, so the deletion event
             # finds a terminal handle and is not mistaken for a LOST step.
-            await self._delete(JOBS, handle.namespace, handle.object_name, "Background")
+            kind = await self._top_kind(handle)
+            await self._delete(kind, handle.namespace, handle.object_name, "Background")
 
     async def _pushed(self, handle: StepHandle, pods: list[dict[str, Any]]) -> dict[str, str]:
         """Return the digest references the push container printed as its last line."""

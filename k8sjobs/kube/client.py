@@ -67,6 +67,8 @@ SERVICES = Kind("/api/v1", "services")
 PODS = Kind("/api/v1", "pods")
 POD_LOGS = Kind("/api/v1", "pods", sub="log")
 JOBS = Kind("/apis/batch/v1", "jobs")
+#: A Flux Operator MiniCluster (a step with ``target: minicluster``).
+MINICLUSTERS = Kind("/apis/flux-framework.org/v1alpha2", "miniclusters")
 
 
 @dataclass(frozen=True)

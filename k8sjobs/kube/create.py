@@ -19,9 +19,9 @@ from typing import Any
 
 from ..errors import AlreadyExists, NotFound, SpecMismatch
 from ..render import ANNOTATION_STEP, LABEL_HASH, Manifests
-from .client import CONFIGMAPS, JOBS, SECRETS, SERVICES, Kind, KubeClient
+from .client import CONFIGMAPS, JOBS, MINICLUSTERS, SECRETS, SERVICES, Kind, KubeClient
 
-__all__ = ["EXTRA_KINDS", "create_step", "deleting", "spec_hash"]
+__all__ = ["EXTRA_KINDS", "create_step", "deleting", "spec_hash", "top_kind"]
 
 #: The API resource of each object a step creates besides its Job.
 EXTRA_KINDS = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
@@ -33,6 +33,23 @@ Waiter = Callable[[], Awaitable[None]]
 def spec_hash(obj: Obj) -> str:
     """Return the spec hash label of an object k8sjobs created ("" if it has none)."""
     return str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_HASH, ""))
+
+
+def top_kind(obj: Obj) -> Kind:
+    """Return the resource that owns a step: its MiniCluster (Flux Operator step), else its Job.
+
+    ``obj`` is the step's rendered top object or the Job seen on the cluster: the Flux
+    Operator's Job has its MiniCluster as controlling owner. Deleting that Job alone would
+    only make the operator create it again, so a MiniCluster step is deleted as a whole.
+    """
+    if obj.get("kind") == "MiniCluster":
+        return MINICLUSTERS
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        # A watch's slim copy keeps an owner's kind and name only.
+        group = str(ref.get("apiVersion") or "flux-framework.org/").split("/")[0]
+        if ref.get("kind") == "MiniCluster" and group == "flux-framework.org":
+            return MINICLUSTERS
+    return JOBS
 
 
 def deleting(obj: Obj) -> bool:
@@ -98,27 +115,28 @@ async def _create_extras(client: KubeClient, manifests: Manifests) -> None:
 async def _create_job(
     client: KubeClient, manifests: Manifests, replace: bool, gone: Waiter
 ) -> dict[str, Any] | None:
-    """Create the Job; return it, or None when an identical one was adopted."""
+    """Create the Job (or MiniCluster); return it, or None when an identical one was adopted."""
+    kind = top_kind(manifests.job)
     try:
-        created: dict[str, Any] = await client.create(JOBS, manifests.namespace, manifests.job)
+        created: dict[str, Any] = await client.create(kind, manifests.namespace, manifests.job)
         return created
     except AlreadyExists:
-        current: dict[str, Any] = await client.get(JOBS, manifests.namespace, manifests.name)
+        current: dict[str, Any] = await client.get(kind, manifests.namespace, manifests.name)
     if spec_hash(current) == manifests.spec_hash:
         # Adopted: patch the owners again, in case its driver died before doing so.
         return None if deleting(current) else current
     _check_replace(current, manifests, replace)
     await _remove(client, manifests, gone)
     await _create_extras(client, manifests)
-    recreated: dict[str, Any] = await client.create(JOBS, manifests.namespace, manifests.job)
+    recreated: dict[str, Any] = await client.create(kind, manifests.namespace, manifests.job)
     return recreated
 
 
 async def _own(client: KubeClient, manifests: Manifests, job: Obj) -> None:
     """Point every extra object's ownerReference at the Job (one merge patch each)."""
     owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": manifests.job["apiVersion"],
+        "kind": manifests.job["kind"],
         "name": manifests.name,
         "uid": job["metadata"]["uid"],
         "controller": False,
@@ -133,7 +151,7 @@ async def _own(client: KubeClient, manifests: Manifests, job: Obj) -> None:
 
 async def _remove(client: KubeClient, manifests: Manifests, gone: Waiter) -> None:
     """Delete the old Job (Foreground) and its extras, and wait for the Job to go."""
-    await _delete(client, JOBS, manifests, "Foreground")
+    await _delete(client, top_kind(manifests.job), manifests, "Foreground")
     for obj in manifests.objects()[:-1]:
         await _delete(client, EXTRA_KINDS[obj["kind"]], manifests, "Background")
     await gone()

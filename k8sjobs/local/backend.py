@@ -118,6 +118,12 @@ class LocalBackend:
 
     async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
         """Start the step's Job, or adopt the run or success recorded for the same spec."""
+        if manifests.job["kind"] != "Job":  # a Flux Operator MiniCluster needs its operator
+            raise ValueError(
+                f'Step "{handle.name}" has target: minicluster, which runs only where the Flux '
+                "Operator runs (a Kubernetes cluster); run it there, or use target: job "
+                "(launch: ssh) to run it locally"
+            )
         key = f"{manifests.namespace}/{manifests.name}"
         current = self._runs.get(key)
         record = (

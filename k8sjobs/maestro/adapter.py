@@ -42,11 +42,11 @@ from pydantic import (
     model_validator,
 )
 
-from .. import multinode
+from .. import minicluster, multinode
 from ..errors import ApiError, NotFound
 from ..kube.client import JOBS, PODS, Kind, KubeClient
 from ..kube.config import load_config
-from ..kube.create import create_step
+from ..kube.create import create_step, top_kind
 from ..kube.watch import wait_deleted
 from ..names import is_dns_label, job_name
 from ..render import MAIN_CONTAINER, Manifests, Target, render
@@ -146,6 +146,8 @@ class StepSettings(_Settings):
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] | None = None
     ssh_dir: str | None = None
+    target: Literal["job", "minicluster"] | None = None
+    flux_in_image: bool | None = None
     inputs: dict[str, str] = Field(
         {}, description='name -> "<step>:<output>" of this study, or an artifact reference'
     )
@@ -179,6 +181,9 @@ class BatchSettings(_Settings):
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
     ssh_dir: str | None = None
+    # A Job, or a Flux Operator MiniCluster (k8sjobs/minicluster.py).
+    target: Literal["job", "minicluster"] = "job"
+    flux_in_image: bool = False
     study: str | None = Field(None, description="Study name when no Maestro workspace is found.")
     steps: dict[str, StepSettings] = {}
 
@@ -370,9 +375,10 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         launch = plan.get("launch") or self.settings.launch
         mode = "none" if step_nodes <= 1 else (launch or "ssh")
         mpi = plan.get("mpi") or self.settings.mpi
-        template = multinode.command_template(
-            plan.get("launcher") or self.settings.launcher, mode, mpi
-        )
+        chosen = plan.get("launcher") or self.settings.launcher
+        template = multinode.command_template(chosen, mode, mpi)
+        if (plan.get("target") or self.settings.target) == "minicluster":
+            template = minicluster.LAUNCHER if chosen == DEFAULT_LAUNCHER else chosen
         return launcher_command(template, count, pods, cores, hostfile=HOSTFILE)
 
     def _write_script(self, ws_path: str, step: Any) -> tuple[bool, str, str | None]:
@@ -392,6 +398,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
             "launch": merged["launch"],
             "mpi": merged["mpi"],
             "launcher": merged["launcher"],
+            "target": merged["target"],
         }
         header = self.get_header(step)
         script_path = os.path.join(ws_path, f"{step.name}{self._extension}")
@@ -505,6 +512,8 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 launch=merged["launch"],
                 mpi=merged["mpi"],
                 ssh_dir=merged["ssh_dir"],
+                target=merged["target"],
+                flux_in_image=merged["flux_in_image"],
                 inputs=inputs,
                 outputs=merged["outputs"],
             )
@@ -630,7 +639,10 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         async def one(job_id: Any) -> Any:
             try:
                 namespace, name = parse_job_id(job_id)
-                await client.delete(JOBS, namespace, name, propagation="Background")
+                # A Flux Operator step is deleted as its MiniCluster (the operator would make
+                # its Job again).
+                kind = top_kind(await client.get(JOBS, namespace, name))
+                await client.delete(kind, namespace, name, propagation="Background")
             except NotFound:
                 return None
             except (ValueError, ApiError) as exc:

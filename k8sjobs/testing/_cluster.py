@@ -24,6 +24,7 @@ from ._apiserver import ApiServer
 from ._controller import ControllerConfig, JobController
 from ._eviction import evict
 from ._faults import Faults, RequestLog
+from ._flux_operator import FluxOperator
 from ._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
 from ._namespaces import NamespaceController
 from ._resources import Validator
@@ -88,6 +89,7 @@ class FakeCluster:
         self.controller = JobController(self.store, controller)
         self.kubelet = Kubelet(self.store, config)
         self.namespaces = NamespaceController(self.store)
+        self.flux_operator = FluxOperator(self.store, self.kubelet)  # once its CRD is installed
         self.faults = Faults(
             drop_watches=self.store.drop_watches,
             compact=self.store.compact,

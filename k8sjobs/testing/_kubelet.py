@@ -93,6 +93,8 @@ class Kubelet:
                 f'kubelet mode must be "simulate" or "execute", not {self.config.mode!r}'
             )
         self.paused = False
+        #: Rules consulted after ``config.rule``, before the annotations (emulated operators).
+        self.planners: list[SimulateRule] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unscheduled: collections.OrderedDict[tuple[str, str], None] = (
             collections.OrderedDict()
@@ -151,6 +153,12 @@ class Kubelet:
                 self._handle(event)
             for pod in list(self.store.iter("pods")):
                 self._consider(pod)
+
+    def finish(self, namespace: str, pod_name: str, exit_code: int = 0) -> None:
+        """End a running simulated pod now, its containers exiting with ``exit_code``."""
+        pod = self.store.require("pods", namespace, pod_name)
+        self._cancel_timers(pod["metadata"]["uid"])
+        self._terminate(namespace, pod_name, PodPlan(exit_code=exit_code))
 
     def oom_kill(self, namespace: str, pod_name: str) -> None:
         """End a running simulated pod now as OOMKilled (exit code 137)."""
@@ -459,6 +467,10 @@ class Kubelet:
             plan = self.config.rule(pod)
             if plan is not None:
                 return plan
+        for planner in self.planners:  # the emulated operators' (e.g. Flux brokers that wait)
+            plan = planner(pod)
+            if plan is not None:
+                return plan
         return _plan_from_annotations(pod, self.config.default_duration)
 
     def _start(self, namespace: str, name: str, plan: PodPlan) -> None:
@@ -544,8 +556,11 @@ class Kubelet:
             return
         if pod["status"].get("phase") not in _TERMINAL:
             # Never started: the kubelet (the pod GC when unscheduled) marks it Failed, so
-            # that a Job under podReplacementPolicy Failed replaces it.
-            self._write_status(pod, {**pod["status"], "phase": "Failed"})
+            # that a Job under podReplacementPolicy Failed replaces it. The event may be
+            # stale (the pod changed or went since, e.g. garbage-collected with its Job's
+            # owner): the newer event is considered in its turn.
+            with contextlib.suppress(ApiError):
+                self._write_status(pod, {**pod["status"], "phase": "Failed"})
             return
         self._release(pod)
         if pod["metadata"].get("deletionGracePeriodSeconds", 0) > 0:

@@ -389,3 +389,19 @@ def test_bad_launch_settings_name_the_key() -> None:
         adapter(mpi="lam")
     with pytest.raises(ValueError, match=r'"steps\.s\.launch"'):
         adapter(steps={"s": {"launch": "rsh"}})
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [{"target": "minicluster"}, {"steps": {"s": {"target": "minicluster", "flux_in_image": True}}}],
+)
+def test_a_maestro_step_can_be_a_flux_minicluster(batch: dict[str, Any], tmp_path: Path) -> None:
+    chosen = adapter(**batch)
+    step = study_step("s", "$(LAUNCHER) ./sim", nodes=2, procs=4)
+    _, script, _ = chosen.write_script(str(tmp_path), step)
+    assert "flux run -N2 -n4 ./sim" in Path(script).read_text()
+    manifests = chosen.manifests(step, Path(script).read_text(), str(tmp_path))
+    assert manifests.job["kind"] == "MiniCluster"
+    assert manifests.job["spec"]["size"] == 2 and manifests.job["spec"]["tasks"] == 4
+    assert ("flux" in manifests.job["spec"]) is ("steps" in batch)  # flux_in_image
+    assert manifests.secret is None and manifests.service is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -202,3 +203,54 @@ def test_forbidden_helper_matches_a_real_api_server() -> None:
         '"jobs" in API group "batch" in the namespace "default"'
     )
     assert body["code"] == 403 and body["reason"] == "Forbidden"
+
+
+def test_minicluster_flag_adds_only_the_miniclusters_rule(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plain = rbac_objects("hpc")[1]["rules"]
+    flux = rbac_objects("hpc", minicluster=True)[1]["rules"]
+    assert flux[: len(plain)] == plain
+    assert flux[len(plain) :] == [
+        {
+            "apiGroups": ["flux-framework.org"],
+            "resources": ["miniclusters"],
+            "verbs": ["create", "get", "delete"],
+        }
+    ]
+    assert main(["rbac", "--namespace", "hpc", "--minicluster"]) == 0
+    out = capsys.readouterr().out
+    assert out == rbac_yaml("hpc", minicluster=True)
+    assert "#   miniclusters: " in out
+
+
+async def test_minicluster_rules_are_exactly_what_a_flux_run_sends(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    from k8sjobs.rbac import MINICLUSTER_RULES
+
+    from ..test_minicluster import crd
+
+    cluster.store.create("customresourcedefinitions", "", crd())  # not through RBAC
+    authorizer = Rbac(rules=RULES + MINICLUSTER_RULES)
+    authorizer.install(cluster)
+    flux: dict[str, Any] = {"target": "minicluster", "resources": Resources(nodes=2, tasks=2)}
+    hidden = _step("hidden", duration=30, **flux)
+    body = render(hidden, Target(study="rbac")).job
+    del body["metadata"]["labels"][LABEL_STUDY]
+    del body["spec"]["jobLabels"][LABEL_STUDY]  # its Job is unseen by the study's watch
+    for _ in range(250):  # until the fake serves the CRD's kind
+        if "miniclusters" in cluster.store.resources:
+            break
+        await asyncio.sleep(0.02)
+    cluster.store.create("miniclusters", "default", body)
+    async with _session(cluster, tmp_path) as s:
+        assert (await (await s.submit(_step("ok", **flux))).wait(20)).ok
+        failed = await (await s.submit(_step("bad", exit_code=3, **flux))).wait(20)
+        assert (failed.state, failed.exit_code) == (StepState.FAILED, 3)
+        slow = await s.submit(_step("slow", duration=30, **flux))
+        await slow.cancel()
+        await s.submit(hidden)  # create: 409, get, adopt
+    assert authorizer.denied == []
+    sent = {pair for pair in used(cluster) if pair[1] == "miniclusters"}
+    assert sent == pairs(MINICLUSTER_RULES)

@@ -1,0 +1,103 @@
+"""Flux Operator steps on the fake cluster (simulated kubelet), through the backend's watches.
+
+The published MiniCluster CRD is installed; the fake's operator emulation turns the rendered
+MiniCluster into the Indexed Job and headless Service the real operator makes. The step's
+state comes from that Job and its lead pod, through the study's Job and Pod watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+
+from k8sjobs.spec import Resources, Step
+from k8sjobs.state import StepState
+from k8sjobs.testing import FakeCluster
+
+from ..test_minicluster import crd
+from .conftest import FAST
+from .kubehelpers import session
+
+FAKE = "fake.k8sjobs.io/"
+
+
+async def _wait(predicate: object, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def _established(fake: FakeCluster) -> bool:
+    found = fake.store.get("customresourcedefinitions", "", "miniclusters.flux-framework.org")
+    conditions = ((found or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest_asyncio.fixture
+async def flux(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    async with FakeCluster(
+        "simulate", directory=tmp_path, controller=FAST, bookmark_interval=0.5
+    ) as fake:
+        fake.store.create("customresourcedefinitions", "", crd())
+        await _wait(lambda: _established(fake))
+        yield fake
+
+
+def _flux_step(name: str = "lammps", *, exit_code: int = 0, duration: float = 0.3) -> Step:
+    notes = {f"{FAKE}duration": str(duration), f"{FAKE}exit-code": str(exit_code)}
+    return Step(
+        name=name,
+        script="$(LAUNCHER) lmp -in in.lj\n",
+        resources=Resources(nodes=3, tasks=6),
+        target="minicluster",
+        annotations=notes,
+    )
+
+
+async def test_a_minicluster_step_succeeds_through_the_operators_job(
+    flux: FakeCluster, tmp_path: Path
+) -> None:
+    async with session(flux, tmp_path) as s:
+        handle = await s.submit(_flux_step())
+        result = await handle.wait(30)
+    assert (result.state, result.reason, result.exit_code) == (StepState.SUCCEEDED, "Completed", 0)
+    name = handle.object_name
+    cluster = flux.get("miniclusters", name)
+    assert cluster is not None and cluster["spec"]["size"] == 3
+    job = flux.get("jobs", name)
+    assert job is not None
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "MiniCluster"
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 3
+    assert job["status"]["succeeded"] == 3  # every broker ended cleanly
+    service = flux.get("services", name)
+    assert service is not None and service["spec"]["clusterIP"] == "None"
+    assert len(result.pods) == 3
+
+
+async def test_a_failing_command_fails_the_step_with_its_exit_code(
+    flux: FakeCluster, tmp_path: Path
+) -> None:
+    async with session(flux, tmp_path) as s:
+        handle = await s.submit(_flux_step("broken", exit_code=3))
+        result = await handle.wait(30)
+    assert (result.state, result.exit_code) == (StepState.FAILED, 3)
+    assert result.reason == "ExitCode"
+
+
+async def test_cancel_deletes_the_minicluster_and_what_the_operator_made(
+    flux: FakeCluster, tmp_path: Path
+) -> None:
+    async with session(flux, tmp_path) as s:
+        handle = await s.submit(_flux_step("long", duration=600))
+        name = handle.object_name
+        await _wait(lambda: flux.get("jobs", name) is not None)
+        await handle.cancel()
+        assert (await handle.wait(30)).state is StepState.CANCELLED
+    await _wait(lambda: flux.get("miniclusters", name) is None)
+    await _wait(lambda: flux.get("jobs", name) is None and flux.get("services", name) is None)
+    await _wait(lambda: flux.get("configmaps", name) is None)
