@@ -181,3 +181,35 @@ def session_commands(session_id: int) -> list[bytes]:
         except OSError:
             continue  # it ended while we looked
     return found
+
+
+async def test_a_rank_exiting_3_on_the_fake_cluster_fails_the_step_with_3(
+    tmp_path: Path, hello: Path
+) -> None:
+    (tmp_path / "cluster").mkdir()
+    async with (
+        FakeCluster("execute", directory=tmp_path / "cluster") as cluster,
+        Session(study="mpi", backend="kubernetes", kubeconfig=cluster.kubeconfig_path) as s,
+    ):
+        handle = await s.submit(mpi_step(hello, FAIL_RANK="2"))
+        result = await handle.wait(timeout=150)
+    assert (result.state, result.reason, result.exit_code) == (StepState.FAILED, "ExitCode", 3)
+
+
+async def test_a_worker_killed_on_the_fake_cluster_fails_the_step_naming_its_index(
+    tmp_path: Path, hello: Path
+) -> None:
+    (tmp_path / "cluster").mkdir()
+    async with (
+        FakeCluster("execute", directory=tmp_path / "cluster") as cluster,
+        Session(study="mpi", backend="kubernetes", kubeconfig=cluster.kubeconfig_path) as s,
+    ):
+        handle = await s.submit(mpi_step(hello, HANG="1"))
+        await until_logged(handle, lambda log: len(ranks(log)) == 4)
+        (pid_file,) = (tmp_path / "cluster").glob(
+            f"**/{handle.object_name}-1-*/volumes/sshd/sshd.pid"
+        )
+        os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        result = await handle.wait(timeout=30)
+    assert (result.state, result.reason) == (StepState.FAILED, "WorkerFailed"), result.describe()
+    assert "worker index 1" in result.message
