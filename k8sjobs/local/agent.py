@@ -29,7 +29,10 @@ stands in for both ends of ssh:
 Paths. The command text goes through the path translation rule: the client sends its own
 sandbox (``$K8SJOBS_AGENT_SANDBOX``), and the server rewrites that prefix to its own, so a
 path into index 0's volumes names the same volume of index i, as ``/work/x`` does on a
-cluster.
+cluster. The ranks the daemon starts get the same treatment: Open MPI starts them
+through ``agent.py --rank`` (its ``orte_fork_agent``), which turns the launcher's sandbox
+paths mpirun sent (the working directory, the program and its arguments, the environment)
+into this index's, where they exist here, then execs the rank.
 
 ``pod_env`` gives a pod of a multi-node step (one with ``hostname`` and ``subdomain``) the
 variables above, and points every MPI's remote shell at ``k8sjobs-rsh``, a two-line script
@@ -87,6 +90,8 @@ SHIM_NAME = "k8sjobs-rsh"
 #: container's terminated state, as a kubelet reads terminationMessagePath.
 TERMINATION_LOG = "K8SJOBS_TERMINATION_LOG"
 _TERMINATION_LIMIT = 4096  # a kubelet keeps at most 4096 bytes of it
+#: The sandbox of the index whose mpirun asked for a command (set for the command).
+PEER_SANDBOX = "K8SJOBS_AGENT_PEER_SANDBOX"
 #: ssh's options that take an argument (OpenSSH 9); every other ``-x`` is a flag.
 _SSH_ARGUMENT_OPTIONS = frozenset("BbcDEeFIiJLlmOopQRSWw")
 _HEADER = struct.Struct(">cI")
@@ -125,6 +130,9 @@ def pod_env(pod: Mapping[str, Any], sandbox: Path) -> dict[str, str]:
         "K8SJOBS_WAIT_WORKERS": f"{shim} --check",
         "OMPI_MCA_plm_rsh_agent": str(shim),
         "OMPI_MCA_orte_leave_session_attached": "1",
+        # Ranks start through the agent, which moves them into their own index's paths.
+        "OMPI_MCA_orte_fork_agent": f"{shim} --rank",
+        "PRTE_MCA_prte_fork_agent": f"{shim} --rank",
         # Every "node" here has the same host name, under which Open MPI names its shared
         # memory segments: two nodes' segments would collide. TCP over loopback instead.
         "OMPI_MCA_btl": "^vader,sm",
@@ -385,11 +393,13 @@ class _Server:
         self, request: Mapping[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Run one command, relaying its streams, and send its exit status."""
-        command = self._translate(str(request.get("command", "")), str(request.get("sandbox", "")))
+        peer = str(request.get("sandbox", ""))
+        command = self._translate(str(request.get("command", "")), peer)
         process = await asyncio.create_subprocess_exec(
             "/bin/sh",
             "-c",
             command or "exec $SHELL",
+            env={**os.environ, PEER_SANDBOX: peer},  # for the ranks' fork agent (--rank)
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -463,6 +473,34 @@ def _write_pid_file() -> None:
             Path(directory, "sshd.pid").write_text(f"{os.getpid()}\n")
 
 
+def _exec_rank(argv: list[str]) -> None:
+    """Start an MPI rank as Open MPI's fork agent: in this index's paths, not the launcher's.
+
+    mpirun sends every daemon its own working directory and the program's path, both in the
+    launcher's sandbox. On a cluster each pod has its own ``/work``: so here the launcher's
+    sandbox prefix, in the working directory, the arguments and the environment, becomes
+    this index's, wherever that path exists (a program only the launcher has stays its own).
+    """
+    peer = os.environ.get(PEER_SANDBOX, "").rstrip("/")
+    own = os.environ.get("K8SJOBS_AGENT_SANDBOX", "").rstrip("/")
+
+    def translate(value: str) -> str:
+        if not peer or not own or peer == own or not value.startswith(peer + "/"):
+            return value
+        mine = own + value[len(peer) :]
+        return mine if os.path.exists(mine) else value
+
+    with contextlib.suppress(OSError):
+        os.chdir(translate(os.getcwd()))
+    env = {name: translate(value) for name, value in os.environ.items() if name != PEER_SANDBOX}
+    words = [translate(word) for word in argv]
+    try:
+        os.execvpe(words[0], words, env)
+    except OSError as error:
+        print(f"k8sjobs-rsh: cannot start {words[0]}: {error.strerror}", file=sys.stderr)
+        sys.exit(127)
+
+
 def _serve() -> int:
     """Serve this pod's socket until SIGTERM; exit as SIGTERM would have ended sshd."""
     directory = os.environ.get("K8SJOBS_AGENT_DIR")
@@ -484,6 +522,8 @@ def main(argv: list[str]) -> int:
             return _serve()
         if argv[:1] == ["--check"] and len(argv) == 2:
             return _check(argv[1])
+        if argv[:1] == ["--rank"] and len(argv) > 1:
+            _exec_rank(argv[1:])
         host, words = parse_ssh(argv)
         # ssh joins the words with spaces and lets the remote shell parse them.
         return _run_remote(host, " ".join(words))

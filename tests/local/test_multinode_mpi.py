@@ -35,7 +35,9 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     const char *index = getenv("JOB_COMPLETION_INDEX");
-    printf("rank %d size %d sum %d index %s\n", rank, size, sum, index ? index : "-");
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    printf("rank %d size %d sum %d index %s cwd %s\n", rank, size, sum, index ? index : "-", cwd);
     fflush(stdout);
     const char *fail = getenv("FAIL_RANK");
     int code = fail && atoi(fail) == rank ? 3 : 0;
@@ -46,7 +48,7 @@ int main(int argc, char **argv) {
 """
 # Open MPI refuses to run as root unless told twice (CI runs the tests as root).
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-RANK_LINE = re.compile(r"^rank (\d+) size (\d+) sum (\d+) index (\d+)$", re.MULTILINE)
+RANK_LINE = re.compile(r"^rank (\d+) size (\d+) sum (\d+) index (\d+) cwd (.*)$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,15 @@ async def session(tmp_path: Path) -> AsyncIterator[Session]:
 
 def ranks(log: str) -> list[tuple[int, ...]]:
     """Return (rank, size, allreduce sum, index) of each line the hello world printed."""
-    return sorted(tuple(int(x) for x in m.groups()) for m in RANK_LINE.finditer(log))
+    return sorted(tuple(int(x) for x in m.groups()[:4]) for m in RANK_LINE.finditer(log))
+
+
+def directories(log: str) -> dict[int, set[str]]:
+    """Return the working directories the ranks of each index printed."""
+    found: dict[int, set[str]] = {}
+    for match in RANK_LINE.finditer(log):
+        found.setdefault(int(match[4]), set()).add(match[5])
+    return found
 
 
 async def test_hello_world_across_two_local_nodes(session: Session, hello: Path) -> None:
@@ -95,6 +105,10 @@ async def test_hello_world_across_two_local_nodes(session: Session, hello: Path)
     assert {r[1] for r in found} == {4} and {r[2] for r in found} == {4}
     # Two ranks per "node", each started in its own index's environment.
     assert sorted(r[3] for r in found) == [0, 0, 1, 1]
+    # mpirun sends the launcher's /work; each rank runs in its own index's, as in its pod.
+    for index, cwds in directories(log).items():
+        (cwd,) = cwds
+        assert f"/{handle.object_name}-{index}-" in cwd and cwd.endswith("/volumes/work"), cwd
 
 
 async def test_a_rank_exiting_3_fails_the_step_with_exit_code_3(
