@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+
+from .waiting import wait_until_sync
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 PIPELINE = EXAMPLES / "pipeline" / "study.yaml"
@@ -82,20 +83,13 @@ def marked_processes() -> list[str]:
     return found.stdout.split()
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def sleepy_run(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """A `k8sjobs run` of two 30 s steps, started and seen running; killed if a test fails."""
     study_file(tmp_path, SLEEPY)
     process = start(tmp_path, "run", "study.yaml")
     try:
-        wait_for(lambda: len(marked_processes()) == 2)
+        wait_until_sync(lambda: len(marked_processes()) == 2, "both sleepers run")
         yield process
     finally:
         if process.poll() is None:
@@ -195,7 +189,7 @@ def test_status_logs_and_cancel_from_a_second_process(
         ["second", "│"],
     ]
     assert status.count("RUNNING") == 2
-    wait_for(lambda: k8sjobs(tmp_path, "logs", "--study", "sleepy", "first").stdout)
+    wait_until_sync(lambda: k8sjobs(tmp_path, "logs", "--study", "sleepy", "first").stdout)
     assert k8sjobs(tmp_path, "logs", "--study", "sleepy", "first", check=0).stdout == "started\n"
     cancel = k8sjobs(tmp_path, "cancel", "--study", "sleepy", check=0).stdout
     assert sorted(cancel.splitlines()) == ["first: cancelled", "second: cancelled"]

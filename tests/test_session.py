@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from k8sjobs import Session, Step, StepFailed, StepState, StudyError
 from k8sjobs.local import LocalBackend
+
+from .waiting import wait_until
 
 
 def _session(tmp_path: Path, **kwargs: object) -> Session:
@@ -114,6 +115,6 @@ async def test_leaving_the_block_on_an_error_cancels_running_steps(tmp_path: Pat
     with pytest.raises(RuntimeError):
         async with session:
             handle = await session.submit(Step(name="long", script="sleep 30"))
-            await asyncio.sleep(0.3)
+            await wait_until(lambda: handle.state is StepState.RUNNING, "the step runs")
             raise RuntimeError("driver bug")
     assert handle.state is StepState.CANCELLED

@@ -314,6 +314,9 @@ class _JobRun:
 
         await anyio.to_thread.run_sync(prepare)
         try:
+            # Recorded before any process starts, so that another driver's attach or cancel
+            # never misses a step that already runs (state changes are saved in the background).
+            await self._save()
             await self._reserve_and_run()
         except asyncio.CancelledError:
             self._publish(

@@ -328,7 +328,19 @@ def apply(
     if live is None:
         merged["metadata"]["name"] = applied["metadata"]["name"]
     merged["metadata"]["managedFields"] = managers.serialise()
+    if live is not None and _untimed(merged) == _untimed(live):
+        # A no-op apply writes nothing, as the real server's field manager ignores a change of
+        # managedFields timestamps alone: else a re-apply a second later bumps resourceVersion.
+        return copy.deepcopy(live)
     return merged
+
+
+def _untimed(obj: Obj) -> Obj:
+    """Return a copy of `obj` without the managedFields timestamps."""
+    copied = copy.deepcopy(obj)
+    for entry in copied.get("metadata", {}).get("managedFields") or []:
+        entry.pop("time", None)
+    return copied
 
 
 def _conflicts(

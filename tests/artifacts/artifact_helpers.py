@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import gzip
 import os
 import tarfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from k8sjobs.artifacts import RetryPolicy
@@ -51,14 +48,6 @@ def same_tree(a: Path, b: Path) -> bool:
         elif pa.is_file() and pa.read_bytes() != pb.read_bytes():
             return False
     return True
-
-
-async def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> None:
-    """Wait until ``predicate()`` is true, polling; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"condition not met within {timeout} s"
-        await asyncio.sleep(0.02)
 
 
 @functools.lru_cache(maxsize=4)

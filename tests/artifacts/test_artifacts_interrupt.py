@@ -17,7 +17,7 @@ import pytest
 
 from k8sjobs.artifacts import Registry, _media
 
-from .artifact_helpers import wait_for
+from ..waiting import wait_until
 from .hostile_registry import HostileRegistry, file_layer, manifest_for
 
 _CLI = "import sys; from k8sjobs.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -72,9 +72,9 @@ async def test_sigint_mid_pull_leaves_nothing_behind(
         hostile.put("v1", manifest, blobs)
         proc = _start_pull(hostile.location, target)
         try:
-            await wait_for(lambda: hostile.stalled.is_set() and _staged(target))
+            await wait_until(lambda: hostile.stalled.is_set() and _staged(target))
             proc.send_signal(signal.SIGINT)
-            await wait_for(lambda: proc.poll() is not None)
+            await wait_until(lambda: proc.poll() is not None)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -94,7 +94,7 @@ async def test_next_pull_removes_what_a_sigkill_left(kind: str, tmp_path: Path) 
         hostile.put("v1", manifest, blobs)
         proc = _start_pull(hostile.location, target)
         try:
-            await wait_for(lambda: hostile.stalled.is_set() and _staged(target))
+            await wait_until(lambda: hostile.stalled.is_set() and _staged(target))
             proc.kill()
         finally:
             proc.wait()
@@ -114,7 +114,7 @@ async def test_a_living_pulls_staging_is_left_alone(tmp_path: Path) -> None:
         hostile.put("v1", manifest, blobs)
         proc = _start_pull(hostile.location, target)
         try:
-            await wait_for(lambda: hostile.stalled.is_set() and _staged(target))
+            await wait_until(lambda: hostile.stalled.is_set() and _staged(target))
             living = _staged(target)
             other = HostileRegistry()
             async with other:

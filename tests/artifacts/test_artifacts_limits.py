@@ -22,7 +22,8 @@ from k8sjobs.errors import HandoffError
 from k8sjobs.render import Target, render
 from k8sjobs.spec import Step
 
-from .artifact_helpers import gzip_bomb, make_tree, wait_for
+from ..waiting import wait_until
+from .artifact_helpers import gzip_bomb, make_tree
 from .hostile_registry import HostileRegistry, file_layer, manifest_for
 from .test_artifacts_archive_safety import _store_hostile
 
@@ -153,7 +154,7 @@ async def test_cancelled_pull_stops_unpacking_at_the_next_piece(
     target = tmp_path / "target"
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(layout.pull, "evil/x:v1", target, limits=limits))
-        await wait_for(lambda: written >= 16 * 1024 * 1024)
+        await wait_until(lambda: written >= 16 * 1024 * 1024)
         tg.cancel_scope.cancel()
     assert written < 2 * 1024**3, f"{written} bytes written after the cancellation"
     assert _everything(target) == []

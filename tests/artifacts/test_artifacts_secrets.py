@@ -8,7 +8,6 @@ import asyncio
 import base64
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from k8sjobs.artifacts import (
 from k8sjobs.artifacts._auth import run_credential_helper
 from k8sjobs.errors import scrub
 
+from ..waiting import wait_until_sync
 from .hostile_registry import HostileRegistry
 
 SECRET = "hunter2-Sup3r"
@@ -116,10 +116,7 @@ def test_helper_that_forks_is_killed_with_its_process_group(
     with pytest.raises(AuthenticationError, match="did not answer"):
         asyncio.run(run_credential_helper("forky", "registry.example", timeout=3.0))
     pids = [int(pid_file.read_text()), int(Path(f"{pid_file}.child").read_text())]
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(pid) for pid in pids), "the helper or its child outlived the timeout"
+    wait_until_sync(lambda: not any(_alive(pid) for pid in pids), "the helper and its child end")
 
 
 def test_credentials_repr_hides_the_secret() -> None:

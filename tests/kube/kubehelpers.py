@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from k8sjobs.handle import StepHandle
@@ -48,12 +46,3 @@ def count_terminal(handles: list[StepHandle]) -> dict[str, int]:
     for handle in handles:
         handle.add_listener(note)
     return seen
-
-
-async def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
-    """Wait until ``predicate()`` holds, checking every 20 ms; fail after ``timeout`` s."""
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")

@@ -17,6 +17,7 @@ from k8sjobs.kube.watch import wait_deleted
 from k8sjobs.render import Manifests, Target, render
 from k8sjobs.testing import FakeCluster
 
+from ..waiting import wait_until
 from .kubehelpers import step
 
 
@@ -34,16 +35,6 @@ def _configmap(name: str) -> dict[str, Any]:
 def _ended(job: Mapping[str, Any]) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or ()
     return any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
-
-
-async def _until(predicate: Any, what: str) -> None:
-    """Return once ``predicate()`` holds; fail naming ``what`` after 20 s."""
-    try:
-        async with asyncio.timeout(20):
-            while not predicate():  # noqa: ASYNC110 - polls the fake cluster's store, bounded
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
 
 
 async def _create(client: KubeClient, manifests: Manifests, **options: Any) -> None:
@@ -78,7 +69,7 @@ async def test_wait_deleted_watches_instead_of_polling(
     cluster.store.create("configmaps", "default", _configmap("doomed"))
     cluster.requests.reset()
     waiter = asyncio.create_task(wait_deleted(client, CONFIGMAPS, "default", "doomed", timeout=20))
-    await _until(lambda: cluster.request_count("watch") == 1, "the watch to open")
+    await wait_until(lambda: cluster.request_count("watch") == 1, "the watch to open")
     assert not waiter.done()
     cluster.store.delete("configmaps", "default", "doomed")
     await asyncio.wait_for(waiter, 20)
@@ -100,7 +91,7 @@ async def test_rerun_replaces_an_ended_job_of_the_same_spec_and_owns_the_extras(
     await _create(client, manifests)
     first = cluster.get("jobs", manifests.name)
     assert first is not None
-    await _until(lambda: _ended(cluster.get("jobs", manifests.name) or {}), "the Job to end")
+    await wait_until(lambda: _ended(cluster.get("jobs", manifests.name) or {}), "the Job to end")
     await _create(client, manifests, rerun=_ended)
     second = cluster.get("jobs", manifests.name)
     assert second is not None and second["metadata"]["uid"] != first["metadata"]["uid"]

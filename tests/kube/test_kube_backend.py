@@ -15,6 +15,7 @@ from k8sjobs.session import Session
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 
+from ..waiting import wait_until
 from .kubehelpers import FAKE, orphans, session, step
 
 
@@ -85,12 +86,12 @@ async def test_exit_code_is_reported_and_log_saved(cluster: FakeCluster, tmp_pat
     notes = {f"{FAKE}exit-code": "3", f"{FAKE}logs": "boom\n"}
     async with session(cluster, tmp_path) as s:
         result = await (await s.submit(step("bad", annotations=notes))).wait(10)
-        await asyncio.sleep(0.2)
     assert (result.state, result.reason, result.exit_code) == (StepState.FAILED, "ExitCode", 3)
     assert result.log_file is not None
     assert Path(result.log_file) == tmp_path / "logs" / "s" / "bad.log"
     assert await asyncio.to_thread(Path(result.log_file).read_text) == "boom\n"
-    assert cluster.get("jobs", render(step("bad"), Target(study="s")).name) is None
+    name = render(step("bad"), Target(study="s")).name
+    await wait_until(lambda: cluster.get("jobs", name) is None, "the failed job is deleted")
 
 
 async def test_keep_failed_keeps_the_job(cluster: FakeCluster, tmp_path: Path) -> None:
@@ -100,7 +101,7 @@ async def test_keep_failed_keeps_the_job(cluster: FakeCluster, tmp_path: Path) -
     ) as s:
         handle = await s.submit(step("bad", annotations=notes))
         await handle.wait(10)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the time a deletion (which keep_failed prevents) would take
     assert cluster.get("jobs", handle.object_name) is not None
 
 
@@ -141,10 +142,9 @@ async def test_unschedulable_stays_pending_with_reason(
 ) -> None:
     async with session(cluster, tmp_path) as s:
         handle = await s.submit(step("big", resources={"cores_per_task": 1000}))
-        for _ in range(100):
-            if handle.result.reason == "Unschedulable":
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: handle.result.reason == "Unschedulable", "the pod is unschedulable"
+        )
         assert (handle.state, handle.result.reason) == (StepState.PENDING, "Unschedulable")
         await handle.cancel()
 
@@ -154,12 +154,11 @@ async def test_cancel_ends_cancelled_and_deletes_the_job(
 ) -> None:
     async with session(cluster, tmp_path) as s:
         handle = await s.submit(step("long", duration=30))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: handle.state is StepState.RUNNING, "the step runs")
         await handle.cancel()
         result = await handle.wait(5)
-        await asyncio.sleep(0.2)
     assert result.state is StepState.CANCELLED
-    assert cluster.get("jobs", handle.object_name) is None
+    await wait_until(lambda: cluster.get("jobs", handle.object_name) is None, "the job is deleted")
 
 
 async def test_job_deleted_by_someone_else_is_lost(cluster: FakeCluster, tmp_path: Path) -> None:

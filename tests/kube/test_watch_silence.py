@@ -21,7 +21,8 @@ from k8sjobs.kube.watch import Cache, Change, Informer
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 
-from .kubehelpers import count_terminal, session, step, wait_until
+from ..waiting import wait_until
+from .kubehelpers import count_terminal, session, step
 
 IDLE = 2.0  # 4 bookmark intervals of the fixture's server
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
 
 from k8sjobs import Resources, Session, SpecMismatch, Step, StepHandle, StepState
 from k8sjobs.local import LocalBackend
+
+from ..waiting import wait_until
 
 
 def local(state: Path, **options: float) -> LocalBackend:
@@ -31,15 +33,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Return once ``condition()`` is true (files written by a step: nothing to await)."""
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise TimeoutError(f"still false after {timeout} s")
 
 
 async def running(handle: StepHandle) -> None:
@@ -98,8 +91,8 @@ async def test_walltime_overrun_fails_deadline_exceeded_and_kills(
 ) -> None:
     pids = tmp_path / "pids"
     script = f"echo $$ >> {pids}; sleep 30 & echo $! >> {pids}; wait"
-    handle = await session.submit(Step(name="slow", script=script, walltime="1s"))
-    result = await handle.wait(timeout=10)
+    handle = await session.submit(Step(name="slow", script=script, walltime="2s"))
+    result = await handle.wait(timeout=30)
     assert (result.state, result.reason) == (StepState.FAILED, "DeadlineExceeded")
     assert "deadline" in result.message
     assert len(pids_in(pids)) == 2
@@ -145,7 +138,7 @@ async def test_cancel_stops_a_running_step(session: Session, tmp_path: Path) -> 
     script = f"echo $$ >> {pids}; sleep 30 & echo $! >> {pids}; wait"
     handle = await session.submit(Step(name="sleepy", script=script))
     await running(handle)
-    await until(lambda: len(pids_in(pids)) == 2)
+    await wait_until(lambda: len(pids_in(pids)) == 2)
     await handle.cancel()
     result = await handle.wait(timeout=5)
     assert (result.state, result.reason) == (StepState.CANCELLED, "Cancelled")
@@ -156,7 +149,7 @@ async def test_closing_the_backend_cancels_local_steps(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     async with Session(study="close", backend=local(tmp_path / "state")) as s:
         handle = await s.submit(Step(name="left", script=f"echo $$ > {pids}; exec sleep 30"))
-        await until(lambda: len(pids_in(pids)) == 1)
+        await wait_until(lambda: len(pids_in(pids)) == 1)
     assert handle.state is StepState.CANCELLED
     assert not alive(pids_in(pids)[0])
 
@@ -175,19 +168,27 @@ def max_overlap(spans: Iterable[tuple[float, float]]) -> int:
 
 
 async def test_oversubscribed_steps_never_exceed_the_cores(tmp_path: Path) -> None:
-    spans = tmp_path / "spans"
+    spans, go = tmp_path / "spans", tmp_path / "go"
     spans.mkdir()
-    script = f"s=$(date +%s.%N); sleep 0.4; echo $s $(date +%s.%N) > {spans}/$STEP"
+    # Each step holds its cores until the test says go, so the first two are still running
+    # when the test looks, however slow the machine.
+    hold = f"until [ -e {go} ]; do sleep 0.02; done; sleep 0.2"
+    script = f"s=$(date +%s.%N); {hold}; echo $s $(date +%s.%N) > {spans}/$STEP"
     async with Session(study="busy", backend=local(tmp_path / "state", cpu=2)) as s:
         handles = [
             await s.submit(Step(name=f"s{i}", script=script, env={"STEP": str(i)}))
             for i in range(4)
         ]
-        await asyncio.sleep(0.2)
-        assert sorted(str(h.state) for h in handles) == ["PENDING"] * 2 + ["RUNNING"] * 2
+
+        def states() -> list[str]:
+            return sorted(str(h.state) for h in handles)
+
+        await wait_until(lambda: states().count("RUNNING") == 2, "two steps run")
+        assert states() == ["PENDING"] * 2 + ["RUNNING"] * 2
         waiting = [h for h in handles if h.state is StepState.PENDING]
         assert {h.result.reason for h in waiting} == {"WaitingForResources"}
-        results = await s.gather(*handles, timeout=10)
+        go.touch()
+        results = await s.gather(*handles, timeout=30)
     assert all(r.ok for r in results)
     times = [tuple(map(float, p.read_text().split())) for p in spans.iterdir()]
     assert len(times) == 4
@@ -250,16 +251,29 @@ async def test_second_session_reattaches_to_finished_steps(tmp_path: Path) -> No
         assert await handles["good"].logs() == "fine\n"
 
 
+async def test_a_step_is_recorded_before_its_first_process_starts(tmp_path: Path) -> None:
+    """Another driver's attach or cancel finds every step whose processes run."""
+    state = tmp_path / "state"
+    script = f"ls {state}/steps/*/*.json"  # fails (exit 2) while there is no record
+    async with Session(study="early", backend=local(state)) as s:
+        result = await (await s.submit(Step(name="first", script=script))).wait(timeout=30)
+    assert result.ok, result.message
+
+
 async def test_second_session_cancels_a_running_step_without_retry(tmp_path: Path) -> None:
     pids, done = tmp_path / "pids", tmp_path / "done"
     state = tmp_path / "state"
     step = Step(name="long", script=f"echo $$ >> {pids}; [ -e {done} ] || exec sleep 30", retries=2)
     async with Session(study="live", backend=local(state)) as first:
         running_handle = await first.submit(step)
-        await until(lambda: len(pids_in(pids)) == 1)
+        await wait_until(lambda: len(pids_in(pids)) == 1)
         async with Session(study="live", backend=local(state)) as second:
+
+            async def running_there() -> bool:  # its RUNNING record is saved in the background
+                return [h.state for h in await second.attach()] == [StepState.RUNNING]
+
+            await wait_until(running_there, "the other driver records the step as running")
             (seen,) = await second.attach()
-            assert seen.state is StepState.RUNNING
             await seen.cancel()
             assert seen.result.state is StepState.CANCELLED
         result = await running_handle.wait(timeout=5)

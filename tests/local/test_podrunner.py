@@ -6,7 +6,7 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ import pytest
 from k8sjobs.local.podrunner import PodRunner
 from k8sjobs.render import render
 from k8sjobs.spec import Step
+
+from ..waiting import wait_until
 
 
 @dataclass
@@ -105,13 +107,6 @@ def configmap_volume(name: str, configmap: str, **fields: Any) -> dict[str, Any]
 
 def mount(name: str, path: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "mountPath": path, **fields}
-
-
-async def wait_for(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
-    """Poll until ``predicate()`` holds, failing the test after ``seconds``."""
-    with anyio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - files and /proc offer no event to await
-            await asyncio.sleep(0.02)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,7 +420,7 @@ async def test_logs_are_written_while_the_container_runs(cluster: Cluster) -> No
     log = cluster.runner.log_path("step-0-abcde", "main", namespace="demo")
     task = asyncio.create_task(cluster.run(pod))
     try:
-        await wait_for(lambda: log.exists() and log.read_text() == "out\nerr\n")
+        await wait_until(lambda: log.exists() and log.read_text() == "out\nerr\n")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -442,7 +437,7 @@ async def test_processes_left_behind_by_a_container_are_killed(
     pidfile = tmp_path / "child"
     pod = make_pod([container("main", "sh", "-c", f"sleep 1000 & echo $! > {pidfile}")])
     assert (await cluster.run(pod))["phase"] == "Succeeded"
-    await wait_for(lambda: not alive(int(pidfile.read_text())), 2)
+    await wait_until(lambda: not alive(int(pidfile.read_text())), "the left-behind child is gone")
 
 
 async def test_cancel_terminates_the_whole_process_tree(cluster: Cluster, tmp_path: Path) -> None:
@@ -450,7 +445,7 @@ async def test_cancel_terminates_the_whole_process_tree(cluster: Cluster, tmp_pa
     script = f'sleep 1000 & echo "$$$$ $!" > {pidfile}; wait'  # $$ is Kubernetes' escape of $
     pod = make_pod([container("main", "sh", "-c", script)])
     task = asyncio.create_task(cluster.run(pod))
-    await wait_for(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"))
+    await wait_until(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"))
     pids = [int(pid) for pid in pidfile.read_text().split()]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -469,7 +464,7 @@ async def test_cancel_kills_a_container_that_ignores_sigterm(
     script = f'trap "" TERM; touch {ready}; sleep 1000'
     pod = make_pod([container("main", "sh", "-c", script)])
     task = asyncio.create_task(cluster.run(pod))
-    await wait_for(ready.exists)
+    await wait_until(ready.exists)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -637,7 +632,7 @@ async def test_cancel_during_init_fails_the_pod_and_starts_nothing_more(
         init=[container("init", "sh", "-c", f"touch {ready}; sleep 1000")],
     )
     task = asyncio.create_task(cluster.run(pod))
-    await wait_for(ready.exists)
+    await wait_until(ready.exists)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

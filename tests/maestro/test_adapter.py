@@ -24,6 +24,8 @@ from k8sjobs.maestro.adapter import _hardware_failure, load_batch
 from k8sjobs.state import StepResult, StepState
 from k8sjobs.testing import FakeCluster
 
+from ..waiting import wait_until
+
 with warnings.catch_warnings():
     # maestrowf 1.2 scans its adapters with the deprecated loader.load_module().
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -309,9 +311,12 @@ async def test_resubmitting_an_ended_job_runs_it_again(
     _, script, _ = chosen.write_script(str(tmp_path), step)
     first = await asyncio.to_thread(chosen.submit, step, script, str(tmp_path))
     job_id = first.job_identifier
-    async with asyncio.timeout(20):
-        while (await asyncio.to_thread(chosen.check_jobs, [job_id]))[1][job_id] != State.FINISHED:  # noqa: ASYNC110 - polls as Maestro does
-            await asyncio.sleep(0.1)
+
+    async def finished() -> bool:
+        _, states = await asyncio.to_thread(chosen.check_jobs, [job_id])
+        return bool(states[job_id] == State.FINISHED)
+
+    await wait_until(finished, "the job has finished")
     uid = simulate_cluster.get("jobs", parse_job_id(job_id)[1])["metadata"]["uid"]  # type: ignore[index]
     again = await asyncio.to_thread(chosen.submit, step, script, str(tmp_path))
     assert again.job_identifier == job_id

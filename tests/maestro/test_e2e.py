@@ -13,6 +13,7 @@ from pathlib import Path
 
 from k8sjobs.testing import FakeCluster
 
+from ..waiting import wait_until
 from .conftest import MaestroCli
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "maestro" / "study.yaml"
@@ -102,14 +103,14 @@ async def test_maestro_cancel_cancels_running_steps(
     running = asyncio.create_task(
         maestro_cli("run", "-fg", "-y", "-s", "1", "-o", str(workspace), str(spec), cwd=tmp_path)
     )
-    async with asyncio.timeout(30):
-        while not (workspace / "status.csv").exists() or sorted(statuses(workspace).values()) != [
-            "INITIALIZED",
-            "RUNNING",
-            "RUNNING",
-        ]:
-            assert not running.done(), running.result()
-            await asyncio.sleep(0.2)
+
+    def two_running() -> bool:
+        assert not running.done(), running.result()
+        if not (workspace / "status.csv").exists():
+            return False
+        return sorted(statuses(workspace).values()) == ["INITIALIZED", "RUNNING", "RUNNING"]
+
+    await wait_until(two_running, "maestro runs both sleepers")
     code, output = await maestro_cli("cancel", "-y", str(workspace), cwd=tmp_path)
     assert code == 0, output
     code, output = await running
@@ -118,9 +119,7 @@ async def test_maestro_cancel_cancels_running_steps(
     assert states["wait_SHARD.1"] == states["wait_SHARD.2"] == "CANCELLED"
     assert states["never"] in ("INITIALIZED", "CANCELLED")  # never submitted
     assert execute_cluster.objects("jobs", "default") == []
-    async with asyncio.timeout(20):
-        while execute_cluster.objects("pods", "default"):  # noqa: ASYNC110 - polls the store
-            await asyncio.sleep(0.1)
+    await wait_until(lambda: not execute_cluster.objects("pods", "default"), "the pods are gone")
 
 
 def test_maestro_is_installed() -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,8 @@ import pytest_asyncio
 from kubernetes_asyncio import client, config
 
 from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig
+
+from ..waiting import wait_until as wait_until  # the one helper, re-exported for this folder
 
 FAST = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=1.0)
 
@@ -56,15 +57,6 @@ async def api(cluster: FakeCluster) -> AsyncIterator[client.ApiClient]:
     """A kubernetes_asyncio ApiClient talking to `cluster` over HTTP."""
     async with await api_client(cluster) as api_client_:
         yield api_client_
-
-
-async def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
-    """Wait until `predicate()` is true, checking every 20 ms; fail after `timeout` s."""
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 @pytest_asyncio.fixture

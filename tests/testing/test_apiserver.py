@@ -31,6 +31,13 @@ def job_body(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def status_of(cluster: FakeCluster, resource: str, name: str) -> dict[str, Any]:
+    """Return the status of the object `name` in "default" ({} while it does not exist)."""
+    found = cluster.get(resource, name) or {}
+    status: dict[str, Any] = found.get("status") or {}
+    return status
+
+
 def cm_body(name: str, labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels or {}, **meta}, "data": {"a": "1"}}
 
@@ -228,7 +235,7 @@ async def test_dropped_watches_end_their_streams(
     response = await core.list_namespaced_config_map(
         "default", watch=True, timeout_seconds=30, _preload_content=False
     )
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: cluster.store.watcher_count() == 1, "the watch is open")
     assert cluster.faults.drop_watches() == 1
     async with asyncio.timeout(5):
         assert await response.read() == b""
@@ -289,8 +296,7 @@ async def test_deleting_a_job_collects_its_pods_and_owned_objects(
     job = await batch.create_namespaced_job("default", job_body("gc", suspend=False))
     owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "gc", "uid": job.metadata.uid}]
     await core.create_namespaced_config_map("default", cm_body("gc-script", ownerReferences=owner))
-    await asyncio.sleep(0.3)
-    assert cluster.objects("pods")
+    await wait_until(lambda: cluster.objects("pods"), "the job's pod exists")
     await batch.delete_namespaced_job("gc", "default", propagation_policy="Background")
     await wait_until(lambda: not (cluster.objects("pods") or cluster.objects("configmaps")))
 
@@ -300,7 +306,7 @@ async def test_foreground_deletion_waits_for_dependents(
 ) -> None:
     batch = batch_api(api)
     await batch.create_namespaced_job("default", job_body("fg", parallelism=2, completions=2))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(cluster.objects("pods")) == 2, "both dependents exist")
     await batch.delete_namespaced_job("fg", "default", propagation_policy="Foreground")
     job = await batch.read_namespaced_job("fg", "default")
     assert job.metadata.deletion_timestamp and "foregroundDeletion" in job.metadata.finalizers
@@ -333,13 +339,15 @@ async def test_deletecollection_and_graceful_pod_deletion(
         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep"]}]},
     }
     await core.create_namespaced_pod("default", pod)
-    await asyncio.sleep(0.2)
+    await wait_until(
+        lambda: status_of(cluster, "pods", "p").get("phase") == "Running", "the pod runs"
+    )
     deleting = await core.delete_namespaced_pod("p", "default", grace_period_seconds=30)
     assert deleting.metadata.deletion_grace_period_seconds == 30
     await wait_until(lambda: not (cluster.get("pods", "p") is not None))
 
 
-async def test_pod_logs_with_tail_and_follow(api: client.ApiClient) -> None:
+async def test_pod_logs_with_tail_and_follow(cluster: FakeCluster, api: client.ApiClient) -> None:
     core = core_api(api)
     pod = {
         "metadata": {
@@ -352,7 +360,10 @@ async def test_pod_logs_with_tail_and_follow(api: client.ApiClient) -> None:
         },
     }
     await core.create_namespaced_pod("default", pod)
-    await asyncio.sleep(0.1)
+    await wait_until(
+        lambda: status_of(cluster, "pods", "lg").get("phase") in ("Running", "Succeeded"),
+        "the pod ran",
+    )
     assert await core.read_namespaced_pod_log("lg", "default", tail_lines=2) == "b\nc\n"
     followed = await core.read_namespaced_pod_log("lg", "default", follow=True, container="c")
     assert followed == "a\nb\nc\n"
@@ -381,7 +392,7 @@ async def test_kubectl_gets_describes_logs_and_deletes(
     job = job_body("kc")
     job["spec"]["template"]["metadata"] = {"annotations": {"fake.k8sjobs.io/logs": "hi\n"}}
     await batch.create_namespaced_job("default", job)
-    await asyncio.sleep(0.4)
+    await wait_until(lambda: status_of(cluster, "jobs", "kc").get("succeeded") == 1, "kc succeeds")
     pod = cluster.objects("pods")[0]["metadata"]["name"]
 
     async def kubectl(*args: str) -> str:

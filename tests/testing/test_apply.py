@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k8sjobs.testing import FakeCluster
+from k8sjobs.testing import FakeCluster, _apply
 
 from .conftest import call
 from .crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd
@@ -59,6 +60,26 @@ async def test_apply_creates_then_updates_and_records_ownership(
     status, same = await apply(http, url, cm("c", {"a": "1"}, labels={"app": "x"}), "alice")
     assert status == 200
     assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+async def test_a_repeated_apply_a_second_later_writes_nothing(
+    cluster: FakeCluster, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The managedFields clock ticks between two identical applies (as on a slow machine):
+    the second is still a no-op, same resourceVersion and timestamps."""
+    url = f"{cluster.url}{CMS}/t"
+    seconds = iter(range(10, 60))
+    monkeypatch.setattr(_apply, "now_rfc3339", lambda: f"2026-01-01T00:00:{next(seconds)}Z")
+    _, created = await apply(http, url, cm("t", {"a": "1"}), "alice")
+    status, same = await apply(http, url, cm("t", {"a": "1"}), "alice")
+    assert status == 200
+    assert same["metadata"] == created["metadata"]
+    _, changed = await apply(http, url, cm("t", {"a": "2"}), "alice")
+    assert (
+        changed["metadata"]["managedFields"][0]["time"]
+        != created["metadata"]["managedFields"][0]["time"]
+    )
+    assert changed["metadata"]["resourceVersion"] != created["metadata"]["resourceVersion"]
 
 
 async def test_fieldmanager_is_required(cluster: FakeCluster, http: aiohttp.ClientSession) -> None:

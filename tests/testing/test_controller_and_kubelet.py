@@ -165,10 +165,12 @@ async def test_suspend_deletes_active_pods_and_resume_restarts(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:
     batch = batch_api(api)
+    # The pod outlives any delay before the suspension (a 0.3 s pod could finish first on a
+    # loaded machine); the suspended job's template (mutable then) makes the resumed one short.
     await batch.create_namespaced_job(
-        "default", job_body("sr", annotations={"fake.k8sjobs.io/duration": "0.3"})
+        "default", job_body("sr", annotations={"fake.k8sjobs.io/duration": "600"})
     )
-    await wait_until(lambda: bool(cluster.objects("pods")))
+    await wait_until(lambda: bool(cluster.objects("pods")), "the job's pod exists")
     await batch.patch_namespaced_job("sr", "default", {"spec": {"suspend": True}})
     await wait_until(
         lambda: (
@@ -177,7 +179,10 @@ async def test_suspend_deletes_active_pods_and_resume_restarts(
         )
     )
     assert "startTime" not in (cluster.get("jobs", "sr") or {})["status"]
-    await batch.patch_namespaced_job("sr", "default", {"spec": {"suspend": False}})
+    short = {"metadata": {"annotations": {"fake.k8sjobs.io/duration": "0.05"}}}
+    await batch.patch_namespaced_job(
+        "sr", "default", {"spec": {"suspend": False, "template": short}}
+    )
     await wait_until(lambda: finished(cluster, "sr"))
     assert conditions(cluster, "sr")[0] == ("Suspended", "False", "JobResumed")
 
@@ -294,7 +299,8 @@ async def test_restart_keeps_state_and_port_and_paused_kubelet_freezes_pods(
     assert (await core.read_namespaced_config_map("kept", "default")).metadata.name == "kept"
     cluster.faults.pause_kubelet()
     await batch.create_namespaced_job("default", job_body("frozen"))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: cluster.objects("pods"), "the controller created the pod")
+    await asyncio.sleep(0.3)  # the time an unpaused kubelet would take to start the pod
     assert [p["status"]["phase"] for p in cluster.objects("pods")] == ["Pending"]
     cluster.faults.resume_kubelet()
     await wait_until(lambda: finished(cluster, "frozen"))
