@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k8sjobs.local import PodRunner, agent
+
+from ..waiting import wait_until
 
 LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True)
 
@@ -153,12 +155,12 @@ async def test_a_command_stops_when_its_client_goes(worker: Worker, tmp_path: Pa
         env=env,
         stdin=asyncio.subprocess.DEVNULL,
     )
-    await until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
     remote = int(pid_file.read_text())
     assert alive(remote)
     client.kill()
     await client.wait()
-    await until(lambda: not alive(remote))
+    await wait_until(lambda: not alive(remote))
 
 
 async def test_the_server_writes_its_pid_where_sshd_would(tmp_path: Path) -> None:
@@ -176,7 +178,7 @@ async def test_the_server_writes_its_pid_where_sshd_would(tmp_path: Path) -> Non
             extra_env=env,
         )
     )
-    await until(
+    await wait_until(
         lambda: (sshd / "sshd.pid").exists() and alive(int((sshd / "sshd.pid").read_text()))
     )
     pid = int((sshd / "sshd.pid").read_text())
@@ -247,15 +249,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Return once ``condition()`` holds (polled every 50 ms, at most ``timeout`` seconds)."""
-    for _ in range(int(timeout / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"still false after {timeout} s")
 
 
 async def test_the_role_wrapper_termination_message_is_read_back(tmp_path: Path) -> None:

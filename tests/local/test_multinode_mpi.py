@@ -22,6 +22,8 @@ from k8sjobs import Resources, Session, Step, StepHandle, StepState
 from k8sjobs.local import LocalBackend
 from k8sjobs.testing import FakeCluster
 
+from ..waiting import wait_until
+
 HELLO_C = r"""
 #include <mpi.h>
 #include <stdio.h>
@@ -137,16 +139,7 @@ async def test_a_worker_killed_mid_run_fails_the_step_naming_its_index(
     assert result.reason == "WorkerFailed", result.describe()
     assert "worker index 1" in result.message
     # The daemons mpirun started on that worker die with it (the pod's session is swept).
-    await until(lambda: not session_commands(worker), timeout=10)
-
-
-async def until(condition: Callable[[], bool], timeout: float) -> None:
-    """Return once ``condition()`` holds (polled every 50 ms, at most ``timeout`` seconds)."""
-    for _ in range(int(timeout / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"still false after {timeout} s")
+    await wait_until(lambda: not session_commands(worker), "its mpirun daemons are gone")
 
 
 async def until_logged(
