@@ -15,9 +15,9 @@ end cleanly (exit 0) once the lead pod has succeeded. In ``simulate`` mode the w
 is "run until told" and the lead pod's outcome comes from the pod annotations as for any pod;
 in ``execute`` mode index 0 runs the command as a local process (``flux`` itself is not
 emulated: a script that calls ``flux run`` needs a ``flux`` on the PATH) and the workers
-sleep; ending them in execute mode is not emulated yet, so there only ``size: 1`` runs to
-the end. Not emulated: the Flux view, the broker configuration, the MiniCluster's status
-conditions, scaling.
+poll for a file the emulation creates when the lead pod succeeds, then exit 0. Not
+emulated: the Flux view, the broker configuration, the MiniCluster's status conditions,
+scaling.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+from pathlib import Path
 from typing import Any
 
 from ._errors import ApiError
@@ -37,10 +38,11 @@ APP_NAME = "app.kubernetes.io/name"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 #: How long a waiting broker runs in simulate mode when nothing ends it (about a year).
 _WAIT = 31_500_000.0
-# A worker waits; the emulation ends it. Index 0 runs the command as the operator splits it.
+# Index 0 runs the command (its words are "$@": the operator splits it at spaces); the
+# others wait until the emulation marks the lead done, then end cleanly (execute mode).
 _ROLE_SCRIPT = """\
-if [ "${JOB_COMPLETION_INDEX:-0}" = 0 ]; then exec $K8SJOBS_FLUX_COMMAND; fi
-exec sleep 2147483647
+if [ "${JOB_COMPLETION_INDEX:-0}" = 0 ]; then exec "$@"; fi
+while [ ! -e "$K8SJOBS_FLUX_DONE" ]; do sleep 0.1; done
 """
 
 
@@ -68,7 +70,8 @@ class FluxOperator:
         cluster = self.store.get(PLURAL, namespace, name)
         if cluster is None or cluster["metadata"].get("deletionTimestamp"):
             return
-        for resource, body in (("services", _service(cluster)), ("jobs", _job(cluster))):
+        job = _job(cluster, self._done_path(namespace, name))
+        for resource, body in (("services", _service(cluster)), ("jobs", job)):
             if self.store.get(resource, namespace, body["metadata"]["name"]) is None:
                 with contextlib.suppress(ApiError):
                     self.store.create(resource, namespace, body)
@@ -79,10 +82,20 @@ class FluxOperator:
             return None
         return PodPlan(duration=_WAIT)
 
+    def _done_path(self, namespace: str, name: str) -> str:
+        """Return the file whose existence tells a waiting broker to end (execute mode)."""
+        root = self.kubelet.config.root or Path(".")
+        return str(root / "flux-operator" / namespace / name / "lead-done")
+
     def _end_workers(self, lead: Obj) -> None:
         """End the other brokers of the lead's Job cleanly, as flux start does on shutdown."""
         job = (lead["metadata"].get("labels") or {}).get("job-name")
         namespace = lead["metadata"]["namespace"]
+        if self.kubelet.config.mode == "execute":
+            done = Path(self._done_path(namespace, str(job)))
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.touch()
+            return
         for pod in list(self.store.iter("pods")):
             meta = pod["metadata"]
             same = (
@@ -120,7 +133,7 @@ def _service(cluster: Obj) -> Obj:
     }
 
 
-def _job(cluster: Obj) -> Obj:
+def _job(cluster: Obj, done: str) -> Obj:
     meta, spec = cluster["metadata"], cluster.get("spec") or {}
     name, namespace = meta["name"], meta["namespace"]
     pod = spec.get("pod") or {}
@@ -142,7 +155,7 @@ def _job(cluster: Obj) -> Obj:
     for key in ("serviceAccountName", "nodeSelector", "tolerations"):
         if pod.get(key):
             pod_spec[key] = copy.deepcopy(pod[key])
-    _add_container(pod_spec, name, (spec.get("containers") or [{}])[0])
+    _add_container(pod_spec, name, (spec.get("containers") or [{}])[0], done)
     template_meta: dict[str, Any] = {"labels": labels}
     if pod.get("annotations"):
         template_meta["annotations"] = dict(pod["annotations"])
@@ -166,7 +179,7 @@ def _job(cluster: Obj) -> Obj:
     }
 
 
-def _add_container(pod_spec: dict[str, Any], name: str, container: Obj) -> None:
+def _add_container(pod_spec: dict[str, Any], name: str, container: Obj, done: str) -> None:
     """Add the Flux runner container (named after the MiniCluster) and its volumes."""
     env: list[dict[str, Any]] = [
         {"name": key, "value": str(value)}
@@ -174,7 +187,7 @@ def _add_container(pod_spec: dict[str, Any], name: str, container: Obj) -> None:
     ]
     for key, ref in (container.get("secrets") or {}).items():
         env.append({"name": key, "valueFrom": {"secretKeyRef": dict(ref)}})
-    env.append({"name": "K8SJOBS_FLUX_COMMAND", "value": str(container.get("command") or "true")})
+    env.append({"name": "K8SJOBS_FLUX_DONE", "value": done})
     mounts = []
     for volume, source in (container.get("volumes") or {}).items():
         if source.get("configMapName"):
@@ -193,12 +206,17 @@ def _add_container(pod_spec: dict[str, Any], name: str, container: Obj) -> None:
     runner: dict[str, Any] = {
         "name": name,
         "image": container.get("image") or "ghcr.io/rse-ops/accounting:app-latest",
-        "command": ["/bin/sh", "-c", _ROLE_SCRIPT],
+        "command": ["/bin/sh", "-c", _ROLE_SCRIPT, "flux-broker"],
+        "args": str(container.get("command") or "true").split(),
         "env": env,
         "volumeMounts": mounts,
     }
     if container.get("workingDir"):
         runner["workingDir"] = container["workingDir"]
+        # A container runtime makes a missing working directory; the fake's execute mode
+        # runs in a sandbox, so it gets one there.
+        pod_spec["volumes"].append({"name": "flux-workdir", "emptyDir": {}})
+        mounts.append({"name": "flux-workdir", "mountPath": container["workingDir"]})
     if container.get("resources"):
         runner["resources"] = copy.deepcopy(container["resources"])
     pod_spec["containers"].append(runner)

@@ -38,13 +38,19 @@ def _established(fake: FakeCluster) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
-@pytest_asyncio.fixture
-async def flux(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+async def _with_operator(mode: str, tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    """Yield a fake cluster (kubelet ``mode``) with the Flux Operator's CRD established."""
     async with FakeCluster(
-        "simulate", directory=tmp_path, controller=FAST, bookmark_interval=0.5
+        mode, directory=tmp_path, controller=FAST, bookmark_interval=0.5
     ) as fake:
         fake.store.create("customresourcedefinitions", "", crd())
         await _wait(lambda: _established(fake))
+        yield fake
+
+
+@pytest_asyncio.fixture
+async def flux(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    async for fake in _with_operator("simulate", tmp_path):
         yield fake
 
 
@@ -101,3 +107,30 @@ async def test_cancel_deletes_the_minicluster_and_what_the_operator_made(
     await _wait(lambda: flux.get("miniclusters", name) is None)
     await _wait(lambda: flux.get("jobs", name) is None and flux.get("services", name) is None)
     await _wait(lambda: flux.get("configmaps", name) is None)
+
+
+@pytest_asyncio.fixture
+async def flux_execute(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    async for fake in _with_operator("execute", tmp_path):
+        yield fake
+
+
+async def test_execute_mode_runs_the_command_on_the_lead_only(
+    flux_execute: FakeCluster, tmp_path: Path
+) -> None:
+    # No flux here: the script runs as the lead broker's initial program, once.
+    ok = Step(
+        name="lead",
+        script='echo "lead $JOB_COMPLETION_INDEX in $PWD"\n',
+        shell="/bin/sh",
+        resources=Resources(nodes=2, tasks=2),
+        target="minicluster",
+    )
+    broken = ok.model_copy(update={"name": "broken", "script": "exit 3\n"})
+    async with session(flux_execute, tmp_path) as s:
+        done = await (await s.submit(ok)).wait(60)
+        failed = await (await s.submit(broken)).wait(60)
+    assert (done.state, done.exit_code) == (StepState.SUCCEEDED, 0)
+    job = flux_execute.get("jobs", done.pods[0].rsplit("-", 2)[0])
+    assert job is not None and job["status"]["succeeded"] == 2  # the worker ended cleanly
+    assert (failed.state, failed.exit_code) == (StepState.FAILED, 3)
