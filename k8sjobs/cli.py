@@ -221,6 +221,14 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         help="the image that pulls inputs and pushes outputs in the pods (default "
         f"{HANDOFF_IMAGE}; a mirror: see `k8sjobs image build`)",
     )
+    parser.add_argument(
+        "--volume",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="local backend: the directory for a claim, NFS share (server:/path) or volume "
+        "name; repeatable (default: $K8SJOBS_LOCAL_VOLUMES, claims under the state dir)",
+    )
 
 
 def _session(args: argparse.Namespace, study: str) -> Session:
@@ -244,6 +252,10 @@ def _local_options(args: argparse.Namespace) -> dict[str, object]:
     options: dict[str, object] = {"state_dir": args.state_dir}
     if getattr(args, "cpu", None) is not None:
         options["cpu"] = args.cpu
+    if args.volume:
+        from .local._volumedirs import parse_volume_map  # the local stack only when it runs
+
+        options["volumes"] = parse_volume_map(",".join(args.volume), "--volume")
     return options
 
 

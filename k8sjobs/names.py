@@ -4,7 +4,8 @@ A study or step name is the user's words ("Train model #3"); the objects that ru
 RFC 1123 labels (lowercase, ``[a-z0-9-]``, at most 63 characters). Every derived name ends
 in a short hash of the *original* text, so two different inputs never share an object
 name, even when they read the same once lowercased or cut to length. The original name is
-kept in an annotation (see ``render``).
+kept in an annotation (see ``render``). ``check_object_name`` and ``check_label_key`` hold
+the API server's rules for names the user writes (a claim, a PriorityClass, a label key).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import re
 __all__ = [
     "DNS_LABEL_MAX",
     "JOB_NAME_MAX",
+    "check_label_key",
+    "check_object_name",
     "digest_suffix",
     "is_dns_label",
     "job_name",
@@ -31,6 +34,31 @@ JOB_NAME_MAX = 52
 _HASH_LEN = 8
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _INVALID = re.compile(r"[^a-z0-9]+")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def check_object_name(value: str, what: str) -> str:
+    """Return ``value`` if it is a DNS subdomain (most object names); else raise ValueError."""
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f'"{value}" is not a valid {what} name; use lowercase letters, digits, "-" and ".", '
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def check_label_key(key: str) -> str:
+    """Return ``key`` if it is a label key (``[prefix/]name``); else raise ValueError."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise ValueError(f'key "{key}": prefix "{prefix}" is not a DNS subdomain')
+    if len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f'key "{key}": name part must be 1-63 characters of [A-Za-z0-9-_.], '
+            "starting and ending with a letter or digit"
+        )
+    return key
 
 
 def is_dns_label(text: str) -> bool:

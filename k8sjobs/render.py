@@ -30,6 +30,7 @@ from ._version import __version__
 from .multinode import SshKey
 from .names import job_name, label_value
 from .podsecurity import check_restricted
+from .scheduling import pod_fields
 from .spec import (
     ANNOTATIONS_LIMIT,
     CONFIGMAP_LIMIT,
@@ -41,6 +42,7 @@ from .spec import (
     annotations_size,
     find_launcher_calls,
 )
+from .volumes import Volume, pod_volumes, shm_volume, volume_mounts
 
 __all__ = [
     "HANDOFF_IMAGE",
@@ -444,6 +446,7 @@ def _main_container(
         command = ["/bin/sh", f"{ENTRYPOINT_DIR}/{multinode.ROLE_KEY}", *command]
         mounts.append({"name": "ssh", "mountPath": step.ssh_home, "readOnly": True})
         mounts.append({"name": "sshd", "mountPath": multinode.SSHD_DIR})
+    mounts += volume_mounts(_user_volumes(step))
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": step.image,
@@ -529,7 +532,12 @@ def _volumes(step: Step, target: Target, name: str, outputs: bool) -> list[dict[
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
         }
         volumes.append({"name": "registry-auth", "secret": auth})
-    return volumes
+    return volumes + pod_volumes(_user_volumes(step))
+
+
+def _user_volumes(step: Step) -> list[Volume]:
+    """Return the step's own volumes, with its memory-backed /dev/shm if it asks for one."""
+    return [*step.volumes, *([shm_volume(step.shm)] if step.shm is not None else [])]
 
 
 def _pod_spec(
@@ -558,6 +566,13 @@ def _pod_spec(
         spec["tolerations"] = [_toleration(t.model_dump()) for t in step.tolerations]
     if step.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in step.image_pull_secrets]
+    spec |= pod_fields(
+        job_name=name,
+        priority_class=step.priority_class,
+        runtime_class=step.runtime_class,
+        affinity=step.affinity,
+        spread=step.spread,
+    )
     if step.security == "restricted":
         spec["securityContext"] = {
             "runAsNonRoot": True,

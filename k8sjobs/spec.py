@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -32,7 +33,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ._textfile import read_text_file
 from .artifacts._reference import parse_reference
+from .names import check_label_key
 from .quantity import parse_bytes as parse_quantity
+from .scheduling import Affinity, ObjectName, check_spread
+from .volumes import Volume, check_volumes
 
 __all__ = [
     "ANNOTATIONS_LIMIT",
@@ -135,14 +139,7 @@ def _duration(seconds: float, value: Any) -> timedelta:
 
 
 def _check_label_key(key: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        raise ValueError(f'key "{key}": prefix "{prefix}" is not a DNS subdomain')
-    if len(name) > 63 or not _LABEL_NAME.match(name):
-        raise ValueError(
-            f'key "{key}": name part must be 1-63 characters of [A-Za-z0-9-_.], '
-            "starting and ending with a letter or digit"
-        )
+    check_label_key(key)
     if key.startswith(_RESERVED_PREFIXES):
         raise ValueError(f'key "{key}": the k8sjobs.io/ prefix is reserved for k8sjobs')
 
@@ -167,7 +164,9 @@ Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
 Count = Annotated[int, Field(gt=0, le=INT32_MAX)]
 
 
-def _field_error(model: str, loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+def _field_error(
+    model: str, loc: tuple[str | int, ...], message: str, value: Any
+) -> ValidationError:
     """Return a ValidationError located at ``loc`` (a model validator's own errors have none)."""
     # The message is passed as a context value so that braces in it are not format fields.
     error = PydanticCustomError("value_error", "{message}", {"message": message})
@@ -442,6 +441,13 @@ class Step(_Model):
     # What runs the step: a Job, or a Flux Operator MiniCluster (k8sjobs/minicluster.py).
     target: Literal["job", "minicluster"] = "job"
     flux_in_image: bool = Field(False, description="The image has Flux: no Flux view.")
+    # Volumes (volumes.py) and scheduling knobs (scheduling.py): each concept in its module.
+    volumes: list[Volume] = []
+    shm: str | int | None = Field(None, description='Memory-backed /dev/shm size, e.g. "8Gi".')
+    priority_class: ObjectName | None = None
+    runtime_class: ObjectName | None = None
+    affinity: Affinity | None = None
+    spread: Annotated[str | None, AfterValidator(check_spread)] = None
 
     @classmethod
     def from_script_file(cls, path: str | Path, **fields: Any) -> Step:
@@ -683,6 +689,29 @@ class Step(_Model):
             )
         return self
 
+    @field_validator("shm")
+    @classmethod
+    def _shm_is_size(cls, value: str | int | None) -> str | int | None:
+        if value is not None and parse_quantity(value) <= 0:
+            raise ValueError(f'"{value}" must be a size of more than zero bytes, e.g. "8Gi"')
+        return value
+
+    @model_validator(mode="after")
+    def _volumes_fit(self) -> Step:
+        broken = check_volumes(
+            self.volumes,
+            workdir=self.workdir,
+            outputs=self.outputs,
+            restricted=self.security == "restricted",
+            shm=self.shm,
+            taken={self.ssh_home: "the ssh key pair (ssh_dir)"}
+            if self.launch_mode == "ssh"
+            else {},
+        )
+        if broken is not None:
+            raise _field_error("Step", broken[0], broken[1], None)
+        return self
+
     @model_validator(mode="after")
     def _minicluster_fits(self) -> Step:
         if self.target == "minicluster":
@@ -758,4 +787,8 @@ def minicluster_problems(step: Step) -> list[tuple[str, str]]:
         )
     if step.queue:
         found.append(("queue", "a MiniCluster is not suspended for Kueue; leave queue unset"))
+    # Volumes and scheduling knobs render into a Job's pod; the MiniCluster does not get them.
+    for name in ("volumes", "shm", "priority_class", "runtime_class", "affinity", "spread"):
+        if getattr(step, name):
+            found.append((name, f"target: minicluster does not carry {name}; use target: job"))
     return found

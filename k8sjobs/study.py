@@ -323,7 +323,8 @@ def _check_unique_instances(
             source = _source(spec, params, where)
             if name in seen:
                 raise StudyError(
-                    f'{source}: two steps are called "{name}": {seen[name]} and {source}; '
+                    f"{where('steps', spec['_index'])}: "
+                    f'two steps are called "{name}": {seen[name]} and {source}; '
                     "rename one, or make the parameter values distinct"
                 )
             seen[name] = source

@@ -5,10 +5,16 @@ Volumes
 configMap, secret, projected, downwardAPI and emptyDir volumes are materialised in the sandbox
 ``<root>/<namespace>/<pod>/volumes/<volume>/`` (items, ``mode`` and ``defaultMode`` honoured;
 secret files keep only the owner's bits, so 0644 becomes 0600); hostPath volumes are the host
-path itself. configMap, secret, projected and downwardAPI volumes, and emptyDirs every mount of
-which is readOnly, are made read-only (mode bits only: root, or the owner with chmod, can still
-write). Reading a volume's data (``plan_volume``) is apart from writing it (``materialise``, in
-a worker thread), so a missing ConfigMap is found before anything is written.
+path itself; persistentVolumeClaim and nfs volumes are the directories ``VolumeDirs`` maps them
+to (``_volumedirs``), shared by every pod that names them. configMap, secret, projected and
+downwardAPI volumes, and emptyDirs every mount of which is readOnly, are made read-only (mode
+bits only: root, or the owner with chmod, can still write). Reading a volume's data
+(``plan_volume``) is apart from writing it (``materialise``, in a worker thread), so a missing
+ConfigMap is found before anything is written. A mount's ``subPath`` directory is created in a
+writable volume, as the kubelet does. A mount nested in another mount of the same container
+(a claim at ``/work/data`` under the work directory ``/work``) is also linked into the outer
+volume's sandbox directory, so a relative path (``data/x`` from ``/work``) reaches it as in
+the container.
 
 The path translation rule
 -------------------------
@@ -29,8 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from ._sources import ConfigError, Sources, all_containers, field_value
+from ._volumedirs import VolumeDirs
 
-__all__ = ["PathMap", "VolumePlan", "materialise", "plan_volume", "volumes_with_access"]
+__all__ = [
+    "PathMap",
+    "VolumePlan",
+    "link_nested_mounts",
+    "materialise",
+    "plan_volume",
+    "volumes_with_access",
+]
 
 
 def volumes_with_access(spec: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
@@ -52,6 +66,7 @@ class VolumePlan:
     files: tuple[tuple[str, bytes, int], ...] = ()
     create: bool = True
     read_only: bool = False
+    sub_paths: tuple[str, ...] = ()
 
 
 _DEFAULT_MODE = 0o644
@@ -63,14 +78,24 @@ def plan_volume(
     pod: Mapping[str, Any],
     sandbox: Path,
     sources: Sources,
+    dirs: VolumeDirs | None = None,
 ) -> VolumePlan:
     """Return how to materialise one volume, reading its data from the sources."""
     name = volume["name"]
     path = sandbox / "volumes" / name
+    sub_paths = _sub_paths(pod.get("spec") or {}, name)
     if "emptyDir" in volume:
-        return VolumePlan(name, path, read_only=mounted_read_only)
+        return VolumePlan(name, path, read_only=mounted_read_only, sub_paths=sub_paths)
     if "hostPath" in volume:
-        return VolumePlan(name, Path(volume["hostPath"]["path"]), create=False)
+        return VolumePlan(name, Path(volume["hostPath"]["path"]), create=False, sub_paths=sub_paths)
+    if dirs is not None and "persistentVolumeClaim" in volume:
+        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        claim = dirs.claim(namespace, volume["persistentVolumeClaim"]["claimName"])
+        return VolumePlan(name, claim, sub_paths=sub_paths)
+    if dirs is not None and "nfs" in volume:
+        nfs = volume["nfs"]
+        share = dirs.nfs(name, nfs["server"], nfs["path"])
+        return VolumePlan(name, share, create=False, sub_paths=sub_paths)
     if "projected" in volume:
         projected = volume["projected"]
         mode = projected.get("defaultMode", _DEFAULT_MODE)
@@ -84,9 +109,22 @@ def plan_volume(
             files = _source_files({kind: volume[kind]}, mode, pod, sources)
             return VolumePlan(name, path, tuple(files), read_only=True)
     raise ConfigError(
-        f'volume "{name}": only emptyDir, configMap, secret, projected, downwardAPI and hostPath '
-        "volumes run locally"
+        f'volume "{name}": only emptyDir, configMap, secret, projected, downwardAPI, hostPath, '
+        "persistentVolumeClaim and nfs volumes run locally"
     )
+
+
+def _sub_paths(spec: Mapping[str, Any], volume: str) -> tuple[str, ...]:
+    """Return the subPaths the pod's containers mount of ``volume``, each safely relative."""
+    found = []
+    for container in all_containers(spec):
+        for mount in container.get("volumeMounts") or []:
+            sub = mount.get("subPath")
+            if mount.get("name") == volume and sub:
+                if Path(sub).is_absolute() or ".." in Path(sub).parts:
+                    raise ConfigError(f'volume "{volume}": subPath "{sub}" must be relative')
+                found.append(sub)
+    return tuple(found)
 
 
 def _source_files(
@@ -138,6 +176,9 @@ def materialise(sandbox: Path, plans: Iterable[VolumePlan]) -> None:
     for sub in ("volumes", "home", "tmp", "logs"):
         (sandbox / sub).mkdir(parents=True)
     for plan in plans:
+        if not plan.read_only and not plan.files:
+            for sub in plan.sub_paths:
+                (plan.path / sub).mkdir(parents=True, exist_ok=True)
         if not plan.create:
             continue
         plan.path.mkdir(parents=True, exist_ok=True)
@@ -146,6 +187,35 @@ def materialise(sandbox: Path, plans: Iterable[VolumePlan]) -> None:
         if plan.read_only:
             for directory in [plan.path, *(p for p in plan.path.rglob("*") if p.is_dir())]:
                 directory.chmod(0o555)
+
+
+def link_nested_mounts(spec: Mapping[str, Any], volumes: Mapping[str, Path], sandbox: Path) -> None:
+    """Link each mount nested in another of its container into the outer sandbox directory.
+
+    Only outer volumes in the sandbox get links: a hostPath or claim is the user's own
+    directory, which a pod must not change behind their back. Runs in a worker thread.
+    """
+    for container in all_containers(spec):
+        mounts = [
+            (m["mountPath"].rstrip("/") or "/", volumes[m["name"]] / m.get("subPath", ""))
+            for m in container.get("volumeMounts") or []
+            if m.get("name") in volumes
+        ]
+        for inner, inner_host in mounts:
+            outers = [(p, h) for p, h in mounts if inner.startswith(p.rstrip("/") + "/")]
+            if not outers:
+                continue
+            outer, outer_host = max(outers, key=lambda mount: len(mount[0]))
+            if not outer_host.is_relative_to(sandbox):
+                continue
+            link = outer_host / inner[len(outer) :].lstrip("/")
+            if link.exists() or link.is_symlink():
+                continue
+            try:
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(inner_host, target_is_directory=True)
+            except OSError:
+                continue  # a read-only outer volume: reachable through its mount path only
 
 
 def _write_file(directory: Path, relative: str, data: bytes, mode: int) -> None:

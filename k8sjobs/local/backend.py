@@ -20,6 +20,7 @@ import base64
 import contextlib
 import copy
 import json
+import logging
 import os
 import secrets
 import signal
@@ -44,9 +45,12 @@ from ..render import (
     PULL_CONTAINER,
     PUSH_CONTAINER,
 )
+from ..scheduling import ignored as ignored_scheduling
 from ..state import StepResult, StepState
 from ..status import judge
 from ._handoff import InProcessHandoff, handoff_mode
+from ._objects import LocalObjects
+from ._volumedirs import VolumeDirs
 from .podrunner import PodRunner
 from .slots import SlotScheduler
 
@@ -54,6 +58,8 @@ if TYPE_CHECKING:
     from ..render import Manifests
 
 __all__ = ["LocalBackend"]
+
+_log = logging.getLogger(__name__)
 
 _POLL_LOG_SECONDS = 0.2
 # The container whose log explains a failure, when it is not the step's own.
@@ -75,7 +81,10 @@ class LocalBackend:
     machine's cores and memory, no GPUs). ``kill_grace`` is the seconds between SIGTERM
     and SIGKILL when a step is cancelled or runs over its walltime. ``handoff`` is
     "in-process" (the default, or $K8SJOBS_HANDOFF) or "subprocess": how the pods' artifact
-    handoff containers run (see ``k8sjobs.local._handoff``).
+    handoff containers run (see ``k8sjobs.local._handoff``). ``volumes`` maps a claim name, an
+    NFS share ("server:/path") or a volume name to a directory (default: $K8SJOBS_LOCAL_VOLUMES;
+    an unmapped claim is ``state_dir/claims/<namespace>/<claim>``). ``configmaps`` and
+    ``secrets`` (name to data) stand for the cluster objects a step's volumes name.
     """
 
     kind = "local"
@@ -91,12 +100,21 @@ class LocalBackend:
         kill_grace: float = 5.0,
         pending_grace: float = 60.0,
         handoff: str | None = None,
+        volumes: Mapping[str, str | os.PathLike[str]] | None = None,
+        configmaps: Mapping[str, Mapping[str, str]] | None = None,
+        secrets: Mapping[str, Mapping[str, str | bytes]] | None = None,
     ) -> None:
         root = Path(state_dir).absolute()
         self.namespace = "default"
         self.default_store = store or f"oci:{root / 'artifacts'}"
         self.handoff = InProcessHandoff() if handoff_mode(handoff) == "in-process" else None
-        self.runner = PodRunner(root / "pods", kill_grace=kill_grace, handoff=self.handoff)
+        self.runner = PodRunner(
+            root / "pods",
+            kill_grace=kill_grace,
+            handoff=self.handoff,
+            volume_dirs=VolumeDirs.configured(root / "claims", volumes),
+        )
+        self.objects = LocalObjects.given(configmaps, secrets)
         self.slots = SlotScheduler(cpu=cpu, memory=memory, gpus=gpus)
         self._records = root / "steps"
         self.pending_grace = pending_grace
@@ -142,6 +160,9 @@ class LocalBackend:
             return
         if current is not None and not current.handle.done:
             await current.cancel()
+        ignored = ignored_scheduling(manifests.job["spec"]["template"]["spec"])
+        if ignored:  # one machine: there is no other node, class or zone to choose
+            _log.debug("step %s: the local backend ignores %s", handle.name, ", ".join(ignored))
         run = _JobRun(self, handle, manifests)
         self._runs[key] = run
         run.start()
@@ -500,14 +521,14 @@ class _JobRun:
 
     def _configmap(self, name: str) -> Mapping[str, str]:
         if name != self.manifests.configmap["metadata"]["name"]:
-            raise KeyError(name)
+            return self.backend.objects.configmap(name)  # a step volume's ConfigMap
         data: dict[str, str] = self.manifests.configmap["data"]
         return data
 
     def _secret(self, name: str) -> Mapping[str, bytes]:
         secret = self.manifests.secret
         if secret is None or name != secret["metadata"]["name"]:
-            raise KeyError(name)
+            return self.backend.objects.secret(name)
         return {k: base64.b64decode(v) for k, v in secret["data"].items()}
 
     def _interim(self, kind: str, reason: str, message: str) -> None:

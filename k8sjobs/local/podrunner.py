@@ -50,21 +50,35 @@ from ._process import (
     spawn,
 )
 from ._sources import ConfigError, ConfigMapSource, SecretSource, Sources
-from ._volumes import PathMap, materialise, plan_volume, volumes_with_access
+from ._volumedirs import VolumeDirs
+from ._volumes import (
+    PathMap,
+    link_nested_mounts,
+    materialise,
+    plan_volume,
+    volumes_with_access,
+)
 from .agent import TERMINATION_LOG, termination_message
 
-__all__ = ["ConfigMapSource", "PodRunner", "SecretSource", "StatusSink"]
+__all__ = ["ConfigMapSource", "PodRunner", "SecretSource", "StatusSink", "VolumeDirs"]
 
 
 class PodRunner:
     """Runs Kubernetes Pod objects as local processes in per-pod sandboxes under ``root``."""
 
     def __init__(
-        self, root: Path, *, kill_grace: float = 5.0, handoff: InProcessHandoff | None = None
+        self,
+        root: Path,
+        *,
+        kill_grace: float = 5.0,
+        handoff: InProcessHandoff | None = None,
+        volume_dirs: VolumeDirs | None = None,
     ) -> None:
         self.root = Path(root)
         self.kill_grace = kill_grace
         self.handoff = handoff  # None: the handoff containers run as processes too
+        # Claims and NFS shares: under root/../claims unless the owner maps them elsewhere.
+        self.volume_dirs = volume_dirs or VolumeDirs(self.root.parent / "claims")
         # log_path is asked by pod name alone; pod names are unique in practice across
         # namespaces here (the job controller adds a random suffix), so remember each pod's.
         self._namespaces: dict[str, str] = {}
@@ -105,6 +119,7 @@ class PodRunner:
             kill_grace=self.kill_grace,
             memory=self._memory,
             handoff=self.handoff,
+            volume_dirs=self.volume_dirs,
         )
         return await pod_run.run()
 
@@ -121,6 +136,7 @@ class _PodRun:
     kill_grace: float
     memory: MemoryMonitor
     handoff: InProcessHandoff | None = None
+    volume_dirs: VolumeDirs | None = None
     volumes: dict[str, Path] = field(default_factory=dict)
     agent_env: dict[str, str] = field(default_factory=dict)
 
@@ -145,7 +161,9 @@ class _PodRun:
         containers = list(self.spec.get("containers") or [])
         try:
             plans = [
-                plan_volume(volume, read_only, self.pod, self.sandbox, self.sources)
+                plan_volume(
+                    volume, read_only, self.pod, self.sandbox, self.sources, self.volume_dirs
+                )
                 for volume, read_only in volumes_with_access(self.spec)
             ]
         except ConfigError as error:
@@ -155,6 +173,7 @@ class _PodRun:
         # A multi-node step's index: its remote shell is the local agent (k8sjobs.local.agent).
         self.agent_env = await anyio.to_thread.run_sync(agent.pod_env, self.pod, self.sandbox)
         self.volumes = {plan.name: plan.path for plan in plans}
+        await anyio.to_thread.run_sync(link_nested_mounts, self.spec, self.volumes, self.sandbox)
         self.status.sandbox_ready = True
         self.status.report()
         for container in inits:

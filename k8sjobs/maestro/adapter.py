@@ -50,11 +50,13 @@ from ..kube.create import create_step, top_kind
 from ..kube.watch import wait_deleted
 from ..names import is_dns_label, job_name
 from ..render import MAIN_CONTAINER, Manifests, Target, render
+from ..scheduling import Affinity
 from ..spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
 from ..sshkey import key_for
 from ..state import StepResult, StepState
 from ..status import judge
 from ..sync import run
+from ..volumes import Volume
 
 with warnings.catch_warnings():
     # maestrowf 1.2 scans its adapters with the deprecated loader.load_module(); that is
@@ -130,7 +132,21 @@ class _Settings(BaseModel):
         return "batch"
 
 
-class StepSettings(_Settings):
+class _VolumesAndPlacement(_Settings):
+    """Volumes and scheduling knobs, as Step spells them (a step's list replaces batch's)."""
+
+    volumes: list[Volume] = []
+    shm: str | int | None = None
+    priority_class: str | None = None
+    runtime_class: str | None = None
+    affinity: Affinity | None = None
+    spread: str | None = None
+
+
+_PASSED_THROUGH = tuple(_VolumesAndPlacement.model_fields)
+
+
+class StepSettings(_VolumesAndPlacement):
     """Kubernetes settings of one Maestro step (``batch.steps.<name>``), overriding ``batch``."""
 
     image: str | None = None
@@ -158,7 +174,7 @@ class StepSettings(_Settings):
         return "batch.steps.<step>"
 
 
-class BatchSettings(_Settings):
+class BatchSettings(_VolumesAndPlacement):
     """The ``batch:`` block of a Maestro spec with ``type: kubernetes``."""
 
     type: Literal["kubernetes"] = "kubernetes"
@@ -516,6 +532,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 flux_in_image=merged["flux_in_image"],
                 inputs=inputs,
                 outputs=merged["outputs"],
+                **{key: merged[key] for key in _PASSED_THROUGH},
             )
             target = Target(
                 study=study,
