@@ -91,7 +91,7 @@ def test_local_page_examples_print_what_they_say(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     blocks = _BLOCK.findall(LOCAL_PAGE.read_text())
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     for index, code in enumerate(blocks):
         exec(compile(code, f"local.md[example {index + 1}]", "exec"), {"__name__": "docs"})
         printed = capsys.readouterr().out
