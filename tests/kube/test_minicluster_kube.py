@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 from k8sjobs.spec import Resources, Step
@@ -134,3 +135,23 @@ async def test_execute_mode_runs_the_command_on_the_lead_only(
     job = flux_execute.get("jobs", done.pods[0].rsplit("-", 2)[0])
     assert job is not None and job["status"]["succeeded"] == 2  # the worker ended cleanly
     assert (failed.state, failed.exit_code) == (StepState.FAILED, 3)
+
+
+async def test_the_fake_refuses_a_minicluster_its_crd_refuses(flux: FakeCluster) -> None:
+    from k8sjobs.render import Target, render
+    from k8sjobs.testing import ApiError
+
+    body = render(_flux_step(), Target()).job
+    body["spec"]["size"] = "three"
+    with pytest.raises(ApiError) as info:
+        flux.store.create("miniclusters", "default", body)
+    assert info.value.code == 422 and "spec.size" in str(info.value)
+
+
+async def test_the_local_backend_refuses_a_minicluster_step(tmp_path: Path) -> None:
+    from k8sjobs import Session
+    from k8sjobs.local import LocalBackend
+
+    async with Session(study="local", backend=LocalBackend(state_dir=tmp_path / "state")) as s:
+        with pytest.raises(ValueError, match=r"target: minicluster.*Flux Operator"):
+            await s.submit(_flux_step())
