@@ -40,14 +40,17 @@ if _typing.TYPE_CHECKING:
     from .artifacts import open_store
     from .handle import StepHandle
     from .render import Manifests, Target, render
+    from .scheduling import Affinity
     from .session import Session, default_session, submit_step
     from .spec import Resources, SecretKeyRef, Step, StepOutput, Toleration
     from .state import StepResult, StepState
     from .study import Study, StudyRun, load_study
+    from .volumes import Volume
 
 # Where each public name lives, imported on first use: ``python -m k8sjobs.handoff`` (every
 # pod's handoff containers) imports this package, and must not pay for pydantic and yaml.
 _HOMES = {
+    "Affinity": ".scheduling",
     "Manifests": ".render",
     "Resources": ".spec",
     "SecretKeyRef": ".spec",
@@ -61,6 +64,7 @@ _HOMES = {
     "StudyRun": ".study",
     "Target": ".render",
     "Toleration": ".spec",
+    "Volume": ".volumes",
     "default_session": ".session",
     "load_study": ".study",
     "open_store": ".artifacts",
@@ -98,6 +102,7 @@ _sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
+    "Affinity",
     "AlreadyExists",
     "ApiError",
     "ArtifactNotFound",
@@ -133,6 +138,7 @@ __all__ = [
     "Toleration",
     "UnsafeArchive",
     "UploadFailed",
+    "Volume",
     "default_session",
     "load_study",
     "open_store",
