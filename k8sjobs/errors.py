@@ -120,6 +120,10 @@ class StudyError(K8sJobsError):
     """A study cannot run as written: a cycle, an unknown step or output, a bad file."""
 
 
+class StudyBusy(K8sJobsError):
+    """Another driver is running the same study on this machine (see ``k8sjobs.local``)."""
+
+
 class ApiError(K8sJobsError):
     """The Kubernetes API answered with an error ``Status``."""
 

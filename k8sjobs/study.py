@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from ._boundedyaml import YamlLimitError, load_bounded
 from ._textfile import TextFileError, read_text_file
-from .errors import StudyError
+from .errors import StudyBusy, StudyError
 from .handle import StepHandle
 from .names import label_value
 from .session import Session, dependency_failure
@@ -581,6 +581,8 @@ class StudyRun:
                 backend=backend,  # type: ignore[arg-type]
                 replace=self.replace,
             )
+        except StudyBusy:
+            raise  # not this step's fault: the whole run cannot start
         except Exception as exc:
             self._set(step.name, state=StepState.FAILED, reason="SubmitFailed", message=str(exc))
             return

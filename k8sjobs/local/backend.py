@@ -51,6 +51,7 @@ from ..status import judge
 from ._handoff import InProcessHandoff, handoff_mode
 from ._objects import LocalObjects
 from ._volumedirs import VolumeDirs
+from ._studylock import StudyLock
 from .podrunner import PodRunner
 from .slots import SlotScheduler
 
@@ -119,6 +120,7 @@ class LocalBackend:
         self._records = root / "steps"
         self.pending_grace = pending_grace
         self._runs: dict[str, _JobRun] = {}
+        self._locks: dict[str, StudyLock] = {}  # the studies this driver runs (one driver each)
 
     async def start(self) -> None:
         """Create the state directories."""
@@ -133,6 +135,8 @@ class LocalBackend:
         await asyncio.gather(*(run.settle() for run in self._runs.values()))
         if self.handoff is not None:
             await self.handoff.aclose()
+        for lock in self._locks.values():
+            lock.release()
 
     async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
         """Start the step's Job, or adopt the run or success recorded for the same spec."""
@@ -142,6 +146,7 @@ class LocalBackend:
                 "Operator runs (a Kubernetes cluster); run it there, or use target: job "
                 "(launch: ssh) to run it locally"
             )
+        await self._lock_study(handle.study)
         key = f"{manifests.namespace}/{manifests.name}"
         current = self._runs.get(key)
         record = (
@@ -166,6 +171,14 @@ class LocalBackend:
         run = _JobRun(self, handle, manifests)
         self._runs[key] = run
         run.start()
+
+    async def _lock_study(self, study: str) -> None:
+        """Hold the study's lock from its first submit on: raises StudyBusy if another has it."""
+        lock = self._locks.get(study)
+        if lock is None:
+            lock = StudyLock(self._records / label_value(study), study)
+            await anyio.to_thread.run_sync(lock.acquire)
+            self._locks[study] = lock
 
     async def attach(self, study: str, namespace: str) -> list[StepHandle]:
         """Return handles for the steps of ``study`` run here or recorded by another driver."""

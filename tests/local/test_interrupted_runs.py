@@ -1,0 +1,141 @@
+"""Local runs interrupted the hard way: real `k8sjobs run` drivers, killed or run twice at once.
+
+Every test waits for a condition with a bound (files the steps write, processes seen in /proc),
+never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from k8sjobs.names import label_value
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20, what: str = "") -> None:
+    """Return once ``condition()`` is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Return whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def with_word(word: str) -> list[int]:
+    """Return the live processes whose command line holds ``word``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+class Drivers:
+    """Starts `k8sjobs run` processes in a folder; kills whatever is left at the end."""
+
+    def __init__(self, folder: Path, word: str) -> None:
+        self.folder = folder
+        self.word = word
+        self.started: list[subprocess.Popen[str]] = []
+
+    def run(self, *args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "k8sjobs.cli", "run", "study.yaml", "--plain", *args],
+            cwd=self.folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(process)
+        return process
+
+    def cleanup(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+                process.communicate(timeout=10)
+        for pid in with_word(self.word):  # never leave a step's process behind
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def drivers(tmp_path: Path) -> Iterator[Drivers]:
+    found = Drivers(tmp_path, f"k8sjobs-interrupted-{os.getpid()}-{tmp_path.name}")
+    try:
+        yield found
+    finally:
+        found.cleanup()
+
+
+def study(folder: Path, script: str, name: str = "held") -> None:
+    steps = "\n".join(f"      {line}" for line in script.strip().splitlines())
+    (folder / "study.yaml").write_text(
+        f"name: {name}\nsteps:\n  - name: step\n    script: |\n{steps}\n"
+    )
+
+
+# --- one driver per study -----------------------------------------------------------------
+
+
+def test_a_second_driver_of_the_same_study_fails_fast_naming_the_first(
+    tmp_path: Path, drivers: Drivers
+) -> None:
+    release = tmp_path / "release"
+    study(
+        tmp_path, f"echo started >> {tmp_path}/starts\nuntil [ -e {release} ]; do sleep 0.05; done"
+    )
+    first = drivers.run()
+    wait_for(lambda: (tmp_path / "starts").exists(), what="the first run's step")
+    second = drivers.run()
+    out, err = second.communicate(timeout=60)  # before the fix: it waited forever
+    assert second.returncode == 2, out + err
+    assert f"another driver (pid {first.pid})" in err
+    assert "k8sjobs status --study held" in err and "k8sjobs cancel --study held" in err
+    release.touch()
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    assert (tmp_path / "starts").read_text() == "started\n"
+
+
+def test_the_lock_of_a_killed_driver_is_never_stale(tmp_path: Path, drivers: Drivers) -> None:
+    study(tmp_path, f"echo started >> {tmp_path}/starts")
+    lock = tmp_path / ".k8sjobs" / "steps" / label_value("held") / ".lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen(  # holds the study's lock as a driver does, then is killed
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time\n"
+            f"fd=os.open({str(lock)!r},os.O_RDWR|os.O_CREAT)\nfcntl.flock(fd,fcntl.LOCK_EX)\n"
+            "print('held',flush=True)\ntime.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    busy = drivers.run()
+    assert busy.communicate(timeout=60)[1].count("another driver") == 1
+    holder.kill()
+    holder.wait(timeout=10)
+    after = drivers.run()
+    out, err = after.communicate(timeout=60)
+    assert after.returncode == 0, out + err
