@@ -9,8 +9,9 @@ named ``python`` or ``python3`` (bare or at any path) is the driver's interprete
 absolute argv[0] is used when it exists here, else its base name is looked up on PATH (an
 image's ``/usr/local/bin/bash`` is this machine's bash). A program that cannot be started
 terminates the container as containerd reports it: exit code 128, reason ``StartError``,
-``startedAt`` at the epoch. Each container is its own process session, with stdout and stderr
-written straight into one log file.
+``startedAt`` at the epoch. Each container is its own process session, led by its keeper
+(``_keeper``: a child subreaper that holds the container's whole process tree), with stdout and
+stderr written straight into one log file.
 
 Memory limits
 -------------
@@ -24,10 +25,11 @@ than the poll interval goes unseen; a cluster's cgroup would catch it.
 
 Ending
 ------
-When a container's main process exits, whatever it left in its session is killed, as the
-container runtime does. Cancelling the wait sends SIGTERM to the process group, SIGKILL to the
-group and to any member of its session after ``kill_grace`` seconds, and waits for the
-processes. A process that starts its own session escapes; only a cgroup could hold it.
+When a container's main process exits, its keeper kills whatever the process left, as the
+container runtime does; daemons that started their own session or process group included, since
+as subreaper the keeper inherits every orphan of the tree. Cancelling the wait sends SIGTERM to
+the keeper, which passes it to the tree and sends SIGKILL after ``kill_grace`` seconds; the wait
+returns once the keeper has reaped every process, so nothing is left when ``cancel`` returns.
 """
 
 from __future__ import annotations
@@ -61,23 +63,39 @@ START_ERROR_EXIT = 128
 EPOCH = "1970-01-01T00:00:00Z"
 _PYTHON_NAMES = frozenset({"python", "python3"})
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+KEEPER = str(Path(__file__).with_name("_keeper.py"))
+# How long after its own grace a keeper may take to kill and reap its tree before it is killed.
+_KEEPER_MARGIN = 5.0
 
 
 class StartError(Exception):
     """The container's program cannot be started: containerd's StartError."""
 
 
-async def spawn(launch: Launch, program: str, sandbox: Path) -> asyncio.subprocess.Process:
-    """Start a container's process in its own session, its output appended to its log."""
+async def spawn(
+    launch: Launch, program: str, sandbox: Path, kill_grace: float
+) -> asyncio.subprocess.Process:
+    """Start a container's program under its keeper, in its own session, output to its log.
+
+    The process returned is the keeper (``_keeper``), which holds the program's whole tree.
+    """
     cwd = _working_dir(launch, sandbox)
     log = _open_log(sandbox, launch.name)
+    state = sandbox / "run" / launch.name
+    state.parent.mkdir(exist_ok=True)
     try:
-        return await asyncio.create_subprocess_exec(
+        keeper = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",  # isolated and without site: the keeper imports only the standard library
+            "-S",
+            KEEPER,
+            str(state),
+            str(kill_grace),
             program,
             *launch.argv[1:],
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
+            stdout=asyncio.subprocess.PIPE,  # one line: "started" or "error <why>"
+            stderr=log,
             cwd=cwd,
             env=launch.env,
             start_new_session=True,  # its own session and process group, to kill it whole
@@ -86,6 +104,13 @@ async def spawn(launch: Launch, program: str, sandbox: Path) -> asyncio.subproce
         raise StartError(f'exec: "{launch.argv[0]}": {error.strerror or error}') from None
     finally:
         log.close()  # the child holds its own descriptor
+    assert keeper.stdout is not None
+    said = (await keeper.stdout.readline()).decode(errors="replace").strip()
+    if said != "started":
+        await keeper.wait()
+        why = said.removeprefix("error ") or f"the keeper exited with {keeper.returncode}"
+        raise StartError(f'exec: "{launch.argv[0]}": {why}')
+    return keeper
 
 
 def _working_dir(launch: Launch, sandbox: Path) -> Path:
@@ -182,17 +207,24 @@ class Supervisor:
             while not (await asyncio.wait({waiting}, timeout=_MEMORY_POLL_SECONDS))[0]:
                 if await self.memory.resident(self.process.pid) > self.memory_limit:
                     self.oom_killed = True
-                    _signal_group(self.process.pid, signal.SIGKILL)
+                    _signal(self.process.pid, signal.SIGUSR1)  # the keeper kills the tree
                     await waiting
         finally:
             waiting.cancel()
 
     async def _stop(self) -> None:
-        """Terminate the group, kill it after the grace period, and wait for the process."""
-        _signal_group(self.process.pid, signal.SIGTERM)
-        # A second cancellation only shortens the grace period.
+        """Stop the tree and wait until it is gone: cancel returns only when nothing is left.
+
+        SIGTERM to the keeper, which passes it to the whole tree and kills what is left after
+        ``kill_grace``; the keeper exits once every process is reaped. Only a keeper that
+        does not exit in time is killed, with whatever its session still holds.
+        """
+        _signal(self.process.pid, signal.SIGTERM)
+        # A second cancellation only shortens the wait.
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), self.kill_grace)
+            await asyncio.wait_for(
+                asyncio.shield(self.process.wait()), self.kill_grace + _KEEPER_MARGIN
+            )
         _signal_group(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(self.process.wait())
@@ -220,6 +252,12 @@ class MemoryMonitor:
         return self._usage.get(session, 0)
 
 
+def _signal(pid: int, signum: int) -> None:
+    """Send a signal to a process that may already be gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
 def _signal_group(group: int, signum: int) -> None:
     """Send a signal to a process group that may already be gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -243,7 +281,9 @@ def _kill_session_members(session: int) -> None:
 def _resident_by_session() -> dict[int, int]:
     """Return the resident bytes of each session on the machine (runs in a worker thread)."""
     usage: dict[int, int] = {}
-    for _, session, pages in _scan_processes():
+    for pid, session, pages in _scan_processes():
+        if pid == session:
+            continue  # the keeper, which leads the session: not the container's memory
         usage[session] = usage.get(session, 0) + pages * _PAGE_SIZE
     return usage
 

@@ -290,7 +290,7 @@ class _PodRun:
         """Run one container to its end and record it; returns its exit code."""
         name = launch.name
         try:
-            process = await spawn(launch, program(launch), self.sandbox)
+            process = await spawn(launch, program(launch), self.sandbox, self.kill_grace)
         except StartError as error:
             self.status.terminated(name, START_ERROR_EXIT, "StartError", str(error), EPOCH)
             self.status.report()
