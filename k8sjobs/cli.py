@@ -117,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("step")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--container", default=None)
+    logs.add_argument("--tail", type=int, default=None, metavar="N", help="the last N lines")
     _add_target(logs)
     logs.set_defaults(func=_cmd_logs)
 
@@ -331,14 +332,29 @@ async def _cmd_logs(args: argparse.Namespace) -> int:
             )
             return 1
         handle = found[0]
+        await _print_log(handle, args)
+        return 0
+    finally:
+        await session.aclose()
+
+
+async def _print_log(handle: Any, args: argparse.Namespace) -> None:
+    """Write the step's log to stdout, in bounded chunks where the backend can stream it."""
+    chunks = getattr(handle.backend, "log_chunks", None)  # the local backend's log files
+    if chunks is None:
         if args.follow:
             async for line in handle.stream_logs(container=args.container):
                 print(line, flush=True)
         else:
-            sys.stdout.write(await handle.logs(container=args.container))
-        return 0
-    finally:
-        await session.aclose()
+            sys.stdout.write(await handle.logs(container=args.container, tail=args.tail))
+        return
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    async for chunk in chunks(handle, container=args.container, tail=args.tail, follow=args.follow):
+        out.write(chunk)
+        if args.follow:
+            out.flush()
+    out.flush()
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

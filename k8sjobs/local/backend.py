@@ -48,9 +48,11 @@ from ..render import (
 from ..scheduling import ignored as ignored_scheduling
 from ..state import StepResult, StepState
 from ..status import judge
+from ._adopt import Orphan, ended_status, find_orphans
 from ._handoff import InProcessHandoff, handoff_mode
 from ._objects import LocalObjects
 from ._volumedirs import VolumeDirs
+from ._logfile import chunks, lines, tail_offset
 from ._studylock import StudyLock
 from .podrunner import PodRunner
 from .slots import SlotScheduler
@@ -121,6 +123,7 @@ class LocalBackend:
         self.pending_grace = pending_grace
         self._runs: dict[str, _JobRun] = {}
         self._locks: dict[str, StudyLock] = {}  # the studies this driver runs (one driver each)
+        self._locking = asyncio.Lock()
 
     async def start(self) -> None:
         """Create the state directories."""
@@ -152,7 +155,8 @@ class LocalBackend:
         record = (
             current.record() if current else await self._read_record(handle.study, manifests.name)
         )
-        if record is not None and _adoptable(record) and not replace:
+        orphans = await self._orphans(record) if current is None and record else []
+        if record is not None and (_adoptable(record) or orphans) and not replace:
             if record["spec_hash"] != manifests.spec_hash:
                 raise SpecMismatch(
                     f'Step "{handle.name}" already ran in study "{handle.study}" from a '
@@ -161,24 +165,38 @@ class LocalBackend:
             if current is not None:
                 current.follow(handle)
                 return
-            handle.report(_result_from_json(record["result"]))
-            return
+            if not orphans:
+                handle.report(_result_from_json(record["result"]))
+                return
         if current is not None and not current.handle.done:
             await current.cancel()
         ignored = ignored_scheduling(manifests.job["spec"]["template"]["spec"])
         if ignored:  # one machine: there is no other node, class or zone to choose
             _log.debug("step %s: the local backend ignores %s", handle.name, ", ".join(ignored))
-        run = _JobRun(self, handle, manifests)
+        if replace:  # never two copies at once: what a dead driver left ends first
+            grace = self.runner.kill_grace
+            await asyncio.gather(*(k.stop(grace) for o in orphans for k in o.keepers.values()))
+            orphans = []
+        run = _JobRun(self, handle, manifests, orphans)
         self._runs[key] = run
         run.start()
 
     async def _lock_study(self, study: str) -> None:
         """Hold the study's lock from its first submit on: raises StudyBusy if another has it."""
-        lock = self._locks.get(study)
-        if lock is None:
-            lock = StudyLock(self._records / label_value(study), study)
-            await anyio.to_thread.run_sync(lock.acquire)
-            self._locks[study] = lock
+        async with self._locking:  # steps submitted at once take the lock once
+            if study not in self._locks:
+                lock = StudyLock(self._records / label_value(study), study)
+                await anyio.to_thread.run_sync(lock.acquire)
+                self._locks[study] = lock
+
+    async def _orphans(self, record: Mapping[str, Any]) -> list[Orphan]:
+        """Return the pods a dead driver left running (or ended unseen) for this record."""
+        if record["result"]["state"] not in ("PENDING", "RUNNING") or _alive(record):
+            return []
+        namespace = record["namespace"]
+        return await anyio.to_thread.run_sync(
+            find_orphans, record, lambda pod: self.runner.sandbox(namespace, pod)
+        )
 
     async def attach(self, study: str, namespace: str) -> list[StepHandle]:
         """Return handles for the steps of ``study`` run here or recorded by another driver."""
@@ -218,38 +236,44 @@ class LocalBackend:
             handle.report(handle.result.evolve(state=StepState.CANCELLED, reason="Cancelled"))
 
     async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
-        """Return the log of the step's latest pod (its script's output by default)."""
-        path = await self._log_path(handle, container)
-        if path is None or not await anyio.Path(path).exists():
-            return ""
-        text = await anyio.Path(path).read_text(errors="replace")
-        if tail is not None:
-            text = "".join(text.splitlines(keepends=True)[-tail:])
-        return text
+        """Return the log of the step's latest pod (its script's output by default).
 
-    async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
-        """Yield the step's log lines as they are written, until the step ends."""
+        The whole text is held in memory: for a large log, use ``log_chunks``.
+        """
+        text = b"".join(
+            [chunk async for chunk in self.log_chunks(handle, container=container, tail=tail)]
+        )
+        return text.decode(errors="replace")
+
+    async def log_chunks(
+        self,
+        handle: StepHandle,
+        *,
+        container: str | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[bytes]:
+        """Yield the log of the step's latest pod in bounded chunks (``_logfile``).
+
+        ``tail`` starts at the last N lines (read from the end); ``follow`` goes on with
+        what is written until the step ends.
+        """
         path = await self._log_path(handle, container)
         while path is None or not await anyio.Path(path).exists():
-            if handle.done:
+            if not follow or handle.done:
                 return
             await asyncio.sleep(_POLL_LOG_SECONDS)
             path = await self._log_path(handle, container)
-        async with await anyio.open_file(path, "r", errors="replace") as log:
-            pending = ""
-            while True:
-                chunk = await log.read()
-                if chunk:
-                    pending += chunk
-                    *lines, pending = pending.split("\n")
-                    for line in lines:
-                        yield line
-                elif handle.done:
-                    break
-                else:
-                    await asyncio.sleep(_POLL_LOG_SECONDS)
-            if pending:
-                yield pending
+        offset = 0
+        if tail is not None:
+            offset = await anyio.to_thread.run_sync(tail_offset, path, tail)
+        until = (lambda: handle.done) if follow else None
+        async for chunk in chunks(path, offset, until=until):
+            yield chunk
+
+    def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
+        """Yield the step's log lines as they are written, until the step ends."""
+        return lines(self.log_chunks(handle, container=container, follow=True))
 
     async def _log_path(self, handle: StepHandle, container: str | None) -> Path | None:
         run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
@@ -293,7 +317,13 @@ class _SuccessPolicyMet(Exception):
 class _JobRun:
     """One local Job: reserve, run its pods, retry, time out, and report."""
 
-    def __init__(self, backend: LocalBackend, handle: StepHandle, manifests: Manifests) -> None:
+    def __init__(
+        self,
+        backend: LocalBackend,
+        handle: StepHandle,
+        manifests: Manifests,
+        orphans: list[Orphan] | None = None,
+    ) -> None:
         self.backend = backend
         self.handle = handle
         self.manifests = manifests
@@ -305,6 +335,8 @@ class _JobRun:
         self.path = backend._record_path(handle.study, manifests.name)
         self._save_lock = asyncio.Lock()
         self._saving: set[asyncio.Future[None]] = set()
+        # Pods a killed driver left running, by completion index: followed, never restarted.
+        self.orphans = {_index_of(o.name, manifests.name): o for o in orphans or []}
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._main())
@@ -395,9 +427,14 @@ class _JobRun:
         ):
             if await self._cancel_requested():
                 return
-            self.job["status"] = {"startTime": _now(), "active": nodes}
+            started = min(
+                (o.status.get("startTime") or _now() for o in self.orphans.values()), default=_now()
+            )
+            self.job["status"] = {"startTime": started, "active": nodes}
             self._judge()
             deadline = spec.get("activeDeadlineSeconds")
+            if deadline is not None:  # an adopted run's walltime counts from its first start
+                deadline = max(0.0, deadline - _seconds_since(started))
             try:
                 async with asyncio.timeout(deadline):
                     failed = await self._run_indexes(nodes, int(spec.get("backoffLimit", 6)))
@@ -436,7 +473,7 @@ class _JobRun:
 
         async def run_index(index: int | None) -> None:
             nonlocal failures
-            while (phase := await self._run_pod(index)) != "Succeeded":
+            while (phase := await self._next_pod(index)) != "Succeeded":
                 if phase == "Pending":  # a missing ConfigMap, Secret or key: no retry helps
                     raise _ConfigMissing
                 if await self._cancel_requested():  # its pods were killed from outside
@@ -487,6 +524,24 @@ class _JobRun:
 
     async def _cancel_requested(self) -> bool:
         return await anyio.Path(self.path.with_suffix(".cancel")).exists()
+
+    async def _next_pod(self, index: int | None) -> str:
+        """Follow the pod a dead driver left for this index, or else run a new one."""
+        orphan = self.orphans.pop(index, None)
+        return await (self._adopt_pod(index, orphan) if orphan else self._run_pod(index))
+
+    async def _adopt_pod(self, index: int | None, orphan: Orphan) -> str:
+        """Follow a pod's living containers to their end; returns the pod's phase."""
+        pod = self._pod(index)
+        pod["metadata"]["name"] = orphan.name
+        pod["status"] = orphan.status
+        self.pods[orphan.name] = pod
+        self._judge()
+        grace = self.backend.runner.kill_grace
+        names = list(orphan.keepers)
+        codes = await asyncio.gather(*(orphan.keepers[name].wait(grace) for name in names))
+        pod["status"] = ended_status(orphan.status, dict(zip(names, codes, strict=True)))
+        return str(pod["status"]["phase"])
 
     async def _run_pod(self, index: int | None) -> str:
         pod = self._pod(index)
@@ -652,6 +707,17 @@ def _condition(kind: str, reason: str, message: str, now: str) -> dict[str, Any]
         "lastProbeTime": now,
         "lastTransitionTime": now,
     }
+
+
+def _seconds_since(stamp: str) -> float:
+    then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds()
+
+
+def _index_of(pod: str, job: str) -> int | None:
+    """Return the completion index in a pod's name (``<job>-<index>-<suffix>``), if any."""
+    rest = pod.removeprefix(f"{job}-").split("-")
+    return int(rest[0]) if len(rest) > 1 and rest[0].isdigit() else None
 
 
 def _adoptable(record: Mapping[str, Any]) -> bool:

@@ -139,3 +139,39 @@ def test_the_lock_of_a_killed_driver_is_never_stale(tmp_path: Path, drivers: Dri
     after = drivers.run()
     out, err = after.communicate(timeout=60)
     assert after.returncode == 0, out + err
+
+
+# --- a driver killed while its step runs --------------------------------------------------
+
+
+def test_a_step_left_running_by_a_killed_driver_is_adopted_never_run_twice(
+    tmp_path: Path, drivers: Drivers
+) -> None:
+    release, starts, daemon = tmp_path / "release", tmp_path / "starts", tmp_path / "daemon"
+    study(
+        tmp_path,
+        f"""
+        echo started >> {starts}
+        setsid bash -c 'echo $$ > {daemon}; sleep 1000; true' {drivers.word} &
+        until [ -e {release} ]; do sleep 0.05; done
+        echo finished
+        exit 3
+        """,
+    )
+    first = drivers.run()
+    wait_for(lambda: daemon.exists() and daemon.read_text().strip(), what="the step's daemon")
+    first.kill()  # kill -9: no chance to stop its step
+    first.communicate(timeout=10)
+    assert alive(int(daemon.read_text())), "the step outlives its driver, contained by its keeper"
+    second = drivers.run()
+    # The second driver follows the living step (no second start), then sees its real end.
+    said = second.stdout
+    assert said is not None
+    wait_for(lambda: "step: RUNNING" in said.readline(), what="the adopted step")
+    release.touch()
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 1, out + err
+    assert "step: FAILED" in out and "exited with code 3" in out, out
+    assert starts.read_text() == "started\n"
+    assert not alive(int(daemon.read_text()))
+    assert with_word(drivers.word) == []

@@ -1,0 +1,166 @@
+"""Finding a container still running after its driver died, and following it to its end.
+
+Every container runs under a keeper (``_keeper``) that outlives the driver and records, next to
+the pod's logs, ``run/<container>.keeper`` (its pid and start time) and, once the container has
+ended and its whole tree is gone, ``run/<container>.exit`` (the exit code). A pid alone could
+name another process after reuse; the start time read again from ``/proc/<pid>/stat`` must
+match too. A new driver thus adopts a living container instead of starting a second copy:
+it waits for the exit file (or for the keeper to be gone, which means it was killed), and can
+stop it as its first driver would (SIGTERM to the keeper, which escalates after its grace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ._podstatus import now
+
+__all__ = ["Keeper", "Orphan", "ended_status", "find_orphans"]
+
+_POLL_SECONDS = 0.1
+_KILLED_EXIT = 137  # a keeper killed before it wrote the exit code: its tree died with SIGKILL
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """A container's keeper process, identified by pid and start time."""
+
+    pid: int
+    start_time: int
+    state: Path  # the prefix of its .keeper and .exit files
+
+    def alive(self) -> bool:
+        """Return whether this very keeper (not a later process with its pid) still runs."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return False
+        return fields[0] != b"Z" and int(fields[19]) == self.start_time
+
+    def exit_code(self) -> int | None:
+        """Return the container's exit code once the keeper wrote it, else None."""
+        try:
+            return int(Path(f"{self.state}.exit").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def signal(self, signum: int) -> None:
+        """Signal the keeper, only if it is still the same process."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signum)
+
+    async def wait(self, grace: float) -> int:
+        """Return the container's exit code (kubelet style: 128 + n for signal n) at its end.
+
+        Cancelled, it stops the container first (SIGTERM to the keeper, which kills the tree
+        after its own grace; SIGKILL to the keeper itself well after that) and waits for it.
+        """
+        try:
+            return await self._ended()
+        except asyncio.CancelledError:
+            await self.stop(grace)
+            raise
+
+    async def stop(self, grace: float) -> None:
+        """Stop the container's tree as its own driver would, and wait until it is gone."""
+        self.signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._ended()), grace + 5.0)
+        self.signal(signal.SIGKILL)
+
+    async def _ended(self) -> int:
+        while True:
+            code = await anyio.to_thread.run_sync(self.exit_code)
+            if code is not None:
+                return code if code >= 0 else 128 - code
+            if not await anyio.to_thread.run_sync(self.alive):
+                code = await anyio.to_thread.run_sync(self.exit_code)  # written as it exited?
+                return _KILLED_EXIT if code is None else (code if code >= 0 else 128 - code)
+            await asyncio.sleep(_POLL_SECONDS)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A pod of a recorded run whose containers outlived their driver."""
+
+    name: str
+    status: dict[str, Any]  # its last recorded PodStatus
+    keepers: dict[str, Keeper]  # container name: its keeper, living or ended with a code
+
+
+def find_orphans(record: Mapping[str, Any], sandbox: Callable[[str], Path]) -> list[Orphan]:
+    """Return the pods of ``record`` with a container still running or ended unseen (blocking).
+
+    A container counts when the record shows it running and its keeper is alive, or has
+    written its exit code since (it ended while no driver watched).
+    """
+    found = []
+    for pod, status in (record.get("pod_status") or {}).items():
+        keepers = {}
+        for container in _container_statuses(status):
+            if "running" not in (container.get("state") or {}):
+                continue
+            keeper = _keeper_file(sandbox(pod), container["name"])
+            if keeper is not None and (keeper.alive() or keeper.exit_code() is not None):
+                keepers[container["name"]] = keeper
+        if keepers:
+            found.append(Orphan(pod, copy.deepcopy(status), keepers))
+    return found
+
+
+def ended_status(status: Mapping[str, Any], codes: Mapping[str, int]) -> dict[str, Any]:
+    """Return the pod's status once its adopted containers ended with ``codes``.
+
+    A container the record shows running that was not adopted (run inside the dead driver,
+    as the in-process handoff is) died with its driver: it ends as an error, so the pod fails
+    and the Job's retry rule decides what follows. A container that never started fails too.
+    """
+    ended = copy.deepcopy(dict(status))
+    finished = now()
+    succeeded = True
+    for container in _container_statuses(ended):
+        state = container.get("state") or {}
+        if "terminated" in state:
+            succeeded = succeeded and state["terminated"].get("exitCode") == 0
+            continue
+        code = codes.get(container["name"])
+        message = None if code is not None else "its driver exited before it ended"
+        code = 137 if code is None else code
+        started = (state.get("running") or {}).get("startedAt", finished)
+        terminated = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": finished,
+        }
+        if message:
+            terminated["message"] = message
+        container.update(state={"terminated": terminated}, ready=False, started=False)
+        succeeded = succeeded and code == 0
+    ended["phase"] = "Succeeded" if succeeded else "Failed"
+    return ended
+
+
+def _container_statuses(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _keeper_file(sandbox: Path, container: str) -> Keeper | None:
+    state = sandbox / "run" / container
+    try:
+        pid, started = Path(f"{state}.keeper").read_text().split()
+        return Keeper(int(pid), int(started), state)
+    except (OSError, ValueError):
+        return None
