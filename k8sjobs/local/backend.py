@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,7 +215,9 @@ class LocalBackend:
                 namespace=record["namespace"],
                 backend=self,
             )
-            handle.report(_attached_result(record))
+            orphans = await self._orphans(record)
+            living = await anyio.to_thread.run_sync(_living, orphans)
+            handle.report(_attached_result(record, orphaned=living))
             handles.append(handle)
         return handles
 
@@ -230,9 +231,13 @@ class LocalBackend:
         if record is not None:  # run by another driver: tell it, and stop the processes
             marker = anyio.Path(self._record_path(handle.study, handle.object_name))
             await marker.with_suffix(".cancel").touch()
-            for pid in _running_pids(record):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGTERM)
+            # Each container's keeper (checked by its start time) stops its whole tree.
+            namespace = record["namespace"]
+            orphans = await anyio.to_thread.run_sync(
+                find_orphans, record, lambda pod: self.runner.sandbox(namespace, pod)
+            )
+            grace = self.runner.kill_grace
+            await asyncio.gather(*(k.stop(grace) for o in orphans for k in o.keepers.values()))
             handle.report(handle.result.evolve(state=StepState.CANCELLED, reason="Cancelled"))
 
     async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
@@ -737,8 +742,19 @@ def _alive(record: Mapping[str, Any]) -> bool:
     return True
 
 
-def _attached_result(record: Mapping[str, Any]) -> StepResult:
+def _living(orphans: list[Orphan]) -> bool:
+    return any(keeper.alive() for orphan in orphans for keeper in orphan.keepers.values())
+
+
+def _attached_result(record: Mapping[str, Any], *, orphaned: bool = False) -> StepResult:
     result = _result_from_json(record["result"])
+    if orphaned:  # its driver died, its processes did not: running, and it can be stopped
+        return result.evolve(
+            state=StepState.RUNNING,
+            reason="DriverExited",
+            message="its driver exited, its processes still run: run the study again to "
+            "follow the step, or cancel it",
+        )
     if not result.state.terminal and not _alive(record):
         return result.evolve(
             state=StepState.LOST,
@@ -746,18 +762,6 @@ def _attached_result(record: Mapping[str, Any]) -> StepResult:
             message="the driver that ran this step exited before it ended",
         )
     return result
-
-
-def _running_pids(record: Mapping[str, Any]) -> list[int]:
-    pids = []
-    for status in record.get("pod_status", {}).values():
-        for container in status.get("containerStatuses", []) + status.get(
-            "initContainerStatuses", []
-        ):
-            pid = str(container.get("containerID", "")).rsplit("/", 1)[-1]
-            if "running" in container.get("state", {}) and pid.isdigit():  # not in-process
-                pids.append(int(pid))
-    return pids
 
 
 def _result_json(result: StepResult) -> dict[str, Any]:

@@ -175,3 +175,35 @@ def test_a_step_left_running_by_a_killed_driver_is_adopted_never_run_twice(
     assert starts.read_text() == "started\n"
     assert not alive(int(daemon.read_text()))
     assert with_word(drivers.word) == []
+
+
+def test_a_step_left_running_by_a_killed_driver_shows_running_and_can_be_cancelled(
+    tmp_path: Path, drivers: Drivers
+) -> None:
+    daemon = tmp_path / "daemon"
+    study(
+        tmp_path,
+        f"""
+        trap '' TERM
+        echo $$ > {tmp_path}/shell
+        setsid bash -c 'echo $$ > {daemon}; sleep 1000; true' {drivers.word} &
+        sleep 1000
+        """,
+    )
+    first = drivers.run()
+    wait_for(lambda: daemon.exists() and daemon.read_text().strip(), what="the step's daemon")
+    first.kill()
+    first.communicate(timeout=10)
+    cli = [sys.executable, "-m", "k8sjobs.cli"]
+    status = subprocess.run(
+        [*cli, "status", "--study", "held"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "RUNNING" in status.stdout and "its driver exited" in status.stdout, status.stdout
+    cancel = subprocess.run(
+        [*cli, "cancel", "--study", "held"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (cancel.returncode, cancel.stdout) == (0, "step: cancelled\n"), cancel.stderr
+    # cancel returns once the tree is gone, the daemon and the step's TERM-proof shell too.
+    assert not alive(int(daemon.read_text()))
+    assert with_word(drivers.word) == []
+    assert not alive(int((tmp_path / "shell").read_text()))
