@@ -105,7 +105,13 @@ async def spawn(
     finally:
         log.close()  # the child holds its own descriptor
     assert keeper.stdout is not None
-    said = (await keeper.stdout.readline()).decode(errors="replace").strip()
+    try:
+        said = (await keeper.stdout.readline()).decode(errors="replace").strip()
+    except asyncio.CancelledError:  # the keeper may have started the program: stop it whole
+        _signal(keeper.pid, signal.SIGTERM)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(keeper.wait())
+        raise
     if said != "started":
         await keeper.wait()
         why = said.removeprefix("error ") or f"the keeper exited with {keeper.returncode}"
