@@ -72,11 +72,13 @@ async def lines(source: AsyncIterator[bytes]) -> AsyncIterator[str]:
 
     Memory is bounded by the longest line, which is what a reader of lines asks for.
     """
-    pending = b""
+    pending: list[bytes] = []  # the pieces of a line not yet ended (joined once, when it ends)
     async for block in source:
-        pending += block
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
-            yield line.decode(errors="replace")
+        *complete, rest = block.split(b"\n")
+        for piece in complete:
+            yield b"".join([*pending, piece]).decode(errors="replace")
+            pending = []
+        if rest:
+            pending.append(rest)
     if pending:
-        yield pending.decode(errors="replace")
+        yield b"".join(pending).decode(errors="replace")

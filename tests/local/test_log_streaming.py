@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from k8sjobs.local._logfile import CHUNK, tail_offset
+from k8sjobs.local._logfile import CHUNK, lines, tail_offset
 
 from .test_interrupted_runs import study
 
@@ -26,10 +29,8 @@ def last_lines(data: bytes, count: int) -> bytes:
     chunk=st.integers(1, 9),
 )
 def test_tail_offset_finds_the_last_lines_across_chunk_boundaries(
-    tmp_path_factory: object, data: bytes, count: int, chunk: int
+    data: bytes, count: int, chunk: int
 ) -> None:
-    import tempfile
-
     with tempfile.NamedTemporaryFile() as log:
         log.write(data)
         log.flush()
@@ -85,3 +86,21 @@ def test_a_log_far_larger_than_memory_bound_prints_whole_in_bounded_memory(
     size, peak, _, tail = print_log(tmp_path, "--tail", "1")
     assert (size, tail) == (10, b"last line\n")
     assert peak < small[1] + 256 * CHUNK, (peak, small[1])
+
+
+@given(
+    data=st.binary(max_size=300).map(lambda b: bytes(b"ab\n"[x % 3] for x in b)),
+    cut=st.integers(1, 7),
+)
+def test_lines_of_chunks_are_the_lines_of_the_text(data: bytes, cut: int) -> None:
+    async def pieces() -> AsyncIterator[bytes]:
+        for at in range(0, len(data), cut):
+            yield data[at : at + cut]
+
+    async def collect() -> list[str]:
+        return [line async for line in lines(pieces())]
+
+    expected = data.decode().split("\n")
+    if expected and expected[-1] == "":
+        expected.pop()
+    assert asyncio.run(collect()) == expected
