@@ -6,9 +6,9 @@ imports nothing of k8sjobs, so it starts in milliseconds). It makes itself a *ch
 a ``setsid`` daemon, a double fork, ``nohup ... &`` — is re-parented to the keeper instead of
 to init, so the keeper always knows the whole tree: its descendants in ``/proc``.
 
-- It starts PROGRAM in its own process group (in the keeper's session), stdout and stderr to
-  the log it was given as its own stderr, and tells the runner on its stdout: ``started`` or
-  ``error <why>``.
+- It starts PROGRAM in its own session (the keeper is in another one), stdout and stderr to
+  the log it was given as its own stderr, and tells the runner on its stdout: ``started <pid>``
+  or ``error <why>``.
 - When PROGRAM exits, it kills every descendant left (SIGKILL), reaps them all, writes the exit
   code to ``STATE.exit`` and exits with it (``128 + n`` for signal n, as a kubelet reports it).
   Nothing of the container survives the keeper.
@@ -72,12 +72,12 @@ def write_atomically(path: str, text: str) -> None:
 
 
 def start(program: str, argv: list[str]) -> int:
-    """Fork and exec the container's program in its own group; returns its pid or raises."""
+    """Fork and exec the container's program in its own session; returns its pid or raises."""
     ready, report = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # the child: only async-signal-safe work until exec
         try:
-            os.setpgid(0, 0)
+            os.setsid()  # the container's session, as before the keeper: its pid is its id
             os.dup2(2, 1)
             for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1):
                 signal.signal(signum, signal.SIG_DFL)  # as subprocess restores them
@@ -112,7 +112,7 @@ def main() -> int:
     except OSError as error:
         print(f"error {error}", flush=True)
         return 127
-    print("started", flush=True)
+    print(f"started {main_pid}", flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the runner's pipe: closed, so a driver that died does not matter
     code = wait_for(main_pid)

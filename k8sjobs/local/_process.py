@@ -9,9 +9,9 @@ named ``python`` or ``python3`` (bare or at any path) is the driver's interprete
 absolute argv[0] is used when it exists here, else its base name is looked up on PATH (an
 image's ``/usr/local/bin/bash`` is this machine's bash). A program that cannot be started
 terminates the container as containerd reports it: exit code 128, reason ``StartError``,
-``startedAt`` at the epoch. Each container is its own process session, led by its keeper
-(``_keeper``: a child subreaper that holds the container's whole process tree), with stdout and
-stderr written straight into one log file.
+``startedAt`` at the epoch. Each container is its own process session, led by its program and
+held by its keeper (``_keeper``: a child subreaper, outside the session, that holds the
+container's whole process tree), with stdout and stderr written straight into one log file.
 
 Memory limits
 -------------
@@ -74,10 +74,11 @@ class StartError(Exception):
 
 async def spawn(
     launch: Launch, program: str, sandbox: Path, kill_grace: float
-) -> asyncio.subprocess.Process:
+) -> tuple[asyncio.subprocess.Process, int]:
     """Start a container's program under its keeper, in its own session, output to its log.
 
-    The process returned is the keeper (``_keeper``), which holds the program's whole tree.
+    Returns the keeper (``_keeper``), which holds the program's whole tree, and the
+    program's pid, which is also its session's id.
     """
     cwd = _working_dir(launch, sandbox)
     log = _open_log(sandbox, launch.name)
@@ -94,11 +95,11 @@ async def spawn(
             program,
             *launch.argv[1:],
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,  # one line: "started" or "error <why>"
+            stdout=asyncio.subprocess.PIPE,  # one line: "started <pid>" or "error <why>"
             stderr=log,
             cwd=cwd,
             env=launch.env,
-            start_new_session=True,  # its own session and process group, to kill it whole
+            start_new_session=True,  # not in the terminal's session: Ctrl-C is the driver's
         )
     except OSError as error:
         raise StartError(f'exec: "{launch.argv[0]}": {error.strerror or error}') from None
@@ -112,11 +113,12 @@ async def spawn(
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(keeper.wait())
         raise
-    if said != "started":
+    word, _, rest = said.partition(" ")
+    if word != "started":
         await keeper.wait()
-        why = said.removeprefix("error ") or f"the keeper exited with {keeper.returncode}"
+        why = rest or f"the keeper exited with {keeper.returncode}"
         raise StartError(f'exec: "{launch.argv[0]}": {why}')
-    return keeper
+    return keeper, int(rest)
 
 
 def _working_dir(launch: Launch, sandbox: Path) -> Path:
@@ -174,11 +176,13 @@ class Supervisor:
     def __init__(
         self,
         process: asyncio.subprocess.Process,
+        pid: int,
         memory_limit: int | None,
         kill_grace: float,
         memory: MemoryMonitor,
     ) -> None:
-        self.process = process
+        self.process = process  # the keeper
+        self.pid = pid  # the program: its session's id
         self.memory_limit = memory_limit
         self.kill_grace = kill_grace
         self.memory = memory
@@ -192,7 +196,7 @@ class Supervisor:
             await self._stop()
             raise
         # The runtime kills what the main process leaves behind in its container.
-        await _kill_session(self.process.pid)
+        await _kill_session(self.pid)
 
     def outcome(self) -> tuple[int, str]:
         """Return the container's exit code and reason, as a kubelet reports them."""
@@ -211,7 +215,7 @@ class Supervisor:
         waiting = asyncio.ensure_future(self.process.wait())
         try:
             while not (await asyncio.wait({waiting}, timeout=_MEMORY_POLL_SECONDS))[0]:
-                if await self.memory.resident(self.process.pid) > self.memory_limit:
+                if await self.memory.resident(self.pid) > self.memory_limit:
                     self.oom_killed = True
                     _signal(self.process.pid, signal.SIGUSR1)  # the keeper kills the tree
                     await waiting
@@ -234,7 +238,7 @@ class Supervisor:
         _signal_group(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(self.process.wait())
-            await _kill_session(self.process.pid)
+            await _kill_session(self.pid)
 
 
 class MemoryMonitor:
@@ -287,9 +291,7 @@ def _kill_session_members(session: int) -> None:
 def _resident_by_session() -> dict[int, int]:
     """Return the resident bytes of each session on the machine (runs in a worker thread)."""
     usage: dict[int, int] = {}
-    for pid, session, pages in _scan_processes():
-        if pid == session:
-            continue  # the keeper, which leads the session: not the container's memory
+    for _, session, pages in _scan_processes():
         usage[session] = usage.get(session, 0) + pages * _PAGE_SIZE
     return usage
 

@@ -290,20 +290,20 @@ class _PodRun:
         """Run one container to its end and record it; returns its exit code."""
         name = launch.name
         try:
-            process = await spawn(launch, program(launch), self.sandbox, self.kill_grace)
+            process, pid = await spawn(launch, program(launch), self.sandbox, self.kill_grace)
         except StartError as error:
             self.status.terminated(name, START_ERROR_EXIT, "StartError", str(error), EPOCH)
             self.status.report()
             return START_ERROR_EXIT
         started = now()
-        self.status.running(name, process.pid, started)
+        self.status.running(name, pid, started)
         self.status.report()
-        supervisor = Supervisor(process, launch.memory_limit, self.kill_grace, self.memory)
+        supervisor = Supervisor(process, pid, launch.memory_limit, self.kill_grace, self.memory)
         try:
             await supervisor.wait()
         finally:
             exit_code, reason = supervisor.outcome()
             message = termination_message(self._termination_log(name))
-            self.status.terminated(name, exit_code, reason, message, started, process.pid)
+            self.status.terminated(name, exit_code, reason, message, started, pid)
             self.status.report()
         return exit_code
