@@ -470,10 +470,15 @@ class KubernetesBackend:
     async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
         """Return the log of the step's pods (joined, newest pod last)."""
         pods = await self._pod_names(handle)
-        texts = [
-            await self.client.log(handle.namespace, pod, container or MAIN_CONTAINER, tail)
-            for pod in pods
-        ]
+        texts = []
+        for pod in pods:
+            try:
+                texts.append(
+                    await self.client.log(handle.namespace, pod, container or MAIN_CONTAINER, tail)
+                )
+            except ApiError as exc:  # one node of several still starting: the others' logs
+                if exc.status != 400 or "waiting to start" not in str(exc):
+                    raise
         if not texts and handle.result.log_file:
             return await asyncio.to_thread(Path(handle.result.log_file).read_text)
         return "".join(texts)
