@@ -49,10 +49,10 @@ from ..state import StepResult, StepState
 from ..status import judge
 from ._adopt import Orphan, ended_status, find_orphans
 from ._handoff import InProcessHandoff, handoff_mode
-from ._objects import LocalObjects
-from ._volumedirs import VolumeDirs
 from ._logfile import chunks, lines, tail_offset
+from ._objects import LocalObjects
 from ._studylock import StudyLock
+from ._volumedirs import VolumeDirs
 from .podrunner import PodRunner
 from .slots import SlotScheduler
 
