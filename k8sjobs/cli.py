@@ -272,6 +272,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             on_change=display.update,
             replace=args.replace,
         )
+        run.record_to(args.state_dir / "runs")
         try:
             with display:
                 results = await run.run()
@@ -380,20 +381,19 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    import json
-
-    from .names import label_value
     from .report import timeline_html
+    from .runrecord import read_run
 
     name = args.study
     if name.endswith((".yaml", ".yml")) and Path(name).exists():
         name = load_study(name).name
-    path = args.state_dir / "runs" / f"{label_value(name)}.json"
-    if not path.exists():
-        print(f'no recorded run of study "{name}" in {path.parent}; run it first', file=sys.stderr)
+    runs = args.state_dir / "runs"
+    run = read_run(runs, name)
+    if run is None:
+        print(f'no recorded run of study "{name}" in {runs}; run it first', file=sys.stderr)
         return 1
     output = args.output or Path(f"{name}.html")
-    output.write_text(timeline_html(json.loads(path.read_text())))
+    output.write_text(timeline_html(run))
     print(f"wrote {output}")
     return 0
 

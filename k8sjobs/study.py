@@ -28,7 +28,6 @@ import asyncio
 import difflib
 import graphlib
 import itertools
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,7 +43,7 @@ from ._boundedyaml import YamlLimitError, load_bounded
 from ._textfile import TextFileError, read_text_file
 from .errors import StudyBusy, StudyError
 from .handle import StepHandle
-from .names import label_value
+from .runrecord import RunJournal
 from .session import Session, dependency_failure
 from .spec import SCRIPT_LIMIT, Step, StepOutput
 from .state import StepResult, StepState
@@ -535,6 +534,17 @@ class StudyRun:
         self._done: dict[str, asyncio.Event] = {s.name: asyncio.Event() for s in study.steps}
         self._handles: dict[str, StepHandle] = {}
         self.started = time.time()
+        self._journal: RunJournal | None = None
+
+    def record_to(self, directory: Path) -> None:
+        """Journal every change of a step to ``directory`` as it happens (``save`` compacts).
+
+        One appended line per change, so recording costs the same at the 100,000th step as
+        at the first, and a run whose driver dies still leaves its record (``read_run``).
+        """
+        self._journal = RunJournal(directory, self.study.name, self.started)
+        for step in self.study.steps:
+            self._journal.append(_record_json(self.records[step.name]))
 
     async def run(self) -> list[StepResult]:
         """Run every step; return their results in study order. Cancel to stop them all."""
@@ -606,10 +616,7 @@ class StudyRun:
                 )
 
     def _forward(self, handle: StepHandle) -> None:
-        record = self.records[handle.name]
-        record.observe(handle.result)
-        if self._on_change:
-            self._on_change(record)
+        self._changed(self.records[handle.name], handle.result)
 
     def _result(self, name: str) -> StepResult:
         return self.records[name].result
@@ -618,17 +625,23 @@ class StudyRun:
         self._show(self.records[name].result.evolve(**changes))
 
     def _show(self, result: StepResult) -> None:
-        record = self.records[result.name]
+        self._changed(self.records[result.name], result)
+
+    def _changed(self, record: StepRecord, result: StepResult) -> None:
         record.observe(result)
+        if self._journal is not None:
+            self._journal.append(_record_json(record))
         if self._on_change:
             self._on_change(record)
 
     def save(self, directory: Path) -> Path:
-        """Write the run's timeline (each step's queued, start, end, state) as JSON; return it."""
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{label_value(self.study.name)}.json"
-        path.write_text(json.dumps(self.timeline(), indent=2))
-        return path
+        """Write the run's timeline (each step's queued, start, end, state) as JSON; return it.
+
+        With a journal (``record_to``) this compacts it into the JSON and removes it.
+        """
+        journal = self._journal or RunJournal(directory, self.study.name, self.started)
+        self._journal = None
+        return journal.compact(self.timeline())
 
     def timeline(self) -> dict[str, Any]:
         """Return the run as plain data: study, start, and per step its spans and outcome."""
