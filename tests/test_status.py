@@ -20,8 +20,10 @@ T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 P, R, S, F = StepState.PENDING, StepState.RUNNING, StepState.SUCCEEDED, StepState.FAILED
 
 
-def _replay(path: Path) -> Iterator[StepResult]:
-    """Yield judge()'s verdict after every Job or Pod watch event, in the order they came."""
+def transcript_states(
+    path: Path,
+) -> Iterator[tuple[datetime, dict[str, Any], list[dict[str, Any]]]]:
+    """Yield (time, Job, pods) as a watch would know them after every event, in order."""
     data = json.loads(path.read_text())
     events = [("job", e) for e in data["job_watch_events"]]
     events += [("pod", e) for e in data["pod_watch_events"]]
@@ -40,8 +42,13 @@ def _replay(path: Path) -> Iterator[StepResult]:
         else:
             pods[obj["metadata"]["name"]] = obj
         if job is not None:
-            now = start + timedelta(seconds=event["t"])
-            yield judge(job, pods.values(), now=now, pending_grace=60)
+            yield start + timedelta(seconds=event["t"]), job, list(pods.values())
+
+
+def _replay(path: Path) -> Iterator[StepResult]:
+    """Yield judge()'s verdict after every Job or Pod watch event, in the order they came."""
+    for now, job, pods in transcript_states(path):
+        yield judge(job, pods, now=now, pending_grace=60)
 
 
 def _states(results: list[StepResult]) -> list[StepState]:

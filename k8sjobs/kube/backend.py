@@ -68,6 +68,8 @@ class StudyWatch:
         self.pods = Informer(client, PODS, namespace, selector, self._pod_changed, **policy)
         self.handles: dict[str, StepHandle] = {}
         self.pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
+        # Pod name -> its Job: a DELETED pod is found at once, not by scanning every Job.
+        self._job_of_pod: dict[str, str] = {}
         self.gone: dict[str, asyncio.Event] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks = [
@@ -112,7 +114,8 @@ class StudyWatch:
 
     def _job_changed(self, change: Change) -> None:
         if change.obj is None:
-            self.pods_by_job.pop(change.name, None)
+            for pod in self.pods_by_job.pop(change.name, {}):
+                self._job_of_pod.pop(pod, None)
             if change.name in self.gone:
                 self.gone[change.name].set()
             self.backend._vanished(self, change.name)
@@ -126,17 +129,16 @@ class StudyWatch:
         pods = self.pods_by_job.setdefault(job, {})
         if change.obj is None:
             pods.pop(change.name, None)
+            self._job_of_pod.pop(change.name, None)
         else:
             pods[change.name] = change.obj
+            self._job_of_pod[change.name] = job
         if job in self.jobs.cache.objects:
             self.refresh(job)
 
     def _job_of(self, change: Change) -> str | None:
         if change.obj is None:
-            for job, pods in self.pods_by_job.items():
-                if change.name in pods:
-                    return job
-            return None
+            return self._job_of_pod.get(change.name)
         meta = change.obj["metadata"]
         labels = meta.get("labels") or {}
         name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")

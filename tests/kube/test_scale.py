@@ -1,0 +1,55 @@
+"""Many concurrent steps in one driver: all finish, and the API bill does not grow per step.
+
+The 10,000-step run is in the default suite (CI runs it); the 100,000-step run is marked
+``slow`` (``pytest -m slow``). The driver's peak RSS and CPU per 1,000 steps are shown by
+``benchmarks/bench_submit.py --only scale``, not asserted here (no timing in tests).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from k8sjobs import Session, Step
+from k8sjobs.testing import ControllerConfig, FakeCluster, NodeConfig
+
+ROOM = NodeConfig(cpu="1000000", memory="10000Ti")  # every step runs at once
+
+
+@pytest.mark.parametrize(
+    "n",
+    [
+        pytest.param(10_000, marks=pytest.mark.timeout(1800)),
+        pytest.param(100_000, marks=[pytest.mark.slow, pytest.mark.timeout(4 * 3600)]),
+    ],
+)
+async def test_every_step_ends_on_three_writes_and_one_list_and_watch_per_kind(
+    tmp_path: Path, n: int
+) -> None:
+    timings = ControllerConfig(batch_period=0.05, backoff_base=0.1)
+    notes = {"fake.k8sjobs.io/duration": "1"}
+    batch = [Step(name=f"x{i}", script="true", annotations=notes) for i in range(n)]
+    async with FakeCluster(
+        "simulate", directory=tmp_path, controller=timings, node=ROOM, validation="off"
+    ) as fake:
+        async with Session(study="scale", kubeconfig=fake.kubeconfig_path, options={"qps": 0}) as s:
+            handles = await s.submit_many(batch, limit=128)
+            results = await s.gather(*handles, timeout=4 * 3600)
+        counts = Counter(
+            {
+                f"{k.verb} {k.resource}{'/' + k.subresource if k.subresource else ''}": v
+                for k, v in fake.requests.counts.items()
+            }
+        )
+    assert sum(r.ok for r in results) == n, Counter(str(r.state) for r in results)
+    writes = sum(v for k, v in counts.items() if k.startswith(("create", "patch", "update")))
+    assert writes <= 3 * n, counts
+    # One list and one watch per kind for the study's namespace, and no per-step reads.
+    assert {k: v for k, v in counts.items() if k.startswith(("list", "watch", "get"))} == {
+        "list jobs": 1,
+        "watch jobs": 1,
+        "list pods": 1,
+        "watch pods": 1,
+    }, counts

@@ -1,0 +1,49 @@
+"""The watch cache's slim copies: small enough for 100,000 steps, and judged the same."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from k8sjobs.kube.watch import slim
+from k8sjobs.status import judge
+
+from ..test_status import REFERENCE, transcript_states
+
+TRANSCRIPTS = sorted(REFERENCE.glob("job-*.json"))
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.stem)
+def test_slim_copies_get_the_verdict_the_full_objects_get(path: Path) -> None:
+    """After every event of a real server's transcript, judge() says the same of the cached
+    (slim) Job and pods as of the objects the server sent."""
+    for now, job, pods in transcript_states(path):
+        full = judge(job, pods, now=now, pending_grace=60)
+        kept = judge(slim(job), [slim(p) for p in pods], now=now, pending_grace=60)
+        assert kept == full
+
+
+def _keys_and_strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [*value, *(s for v in value.values() for s in _keys_and_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _keys_and_strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_two_decoded_events_share_their_status_strings_once_cached() -> None:
+    """Each decoded event has its own copy of every key and repeated value; the cache keeps
+    one (interned), no nulls, and none of the fields no verdict reads (pod IPs, images)."""
+    transcript = json.loads(TRANSCRIPTS[0].read_text())
+    text = json.dumps(transcript["pod_watch_events"][-1]["object"])
+    first, second = (slim(json.loads(text)) for _ in range(2))
+    for a, b in zip(
+        _keys_and_strings(first["status"]), _keys_and_strings(second["status"]), strict=True
+    ):
+        assert a is b and a is sys.intern(a)
+    flat = json.dumps(first["status"])
+    assert "null" not in flat and "podIP" not in flat and "imageID" not in flat
