@@ -117,7 +117,7 @@ async def raw_loop(
     (and drops) a Job watch and a Pod watch of the study, as k8sjobs tracks its steps, so
     the server does the same work for both."""
     config = await load_config(kubeconfig)
-    bodies = [render(s, Target(study=study)) for s in steps("raw", n)]
+    bodies = [render(s, Target(study=study, namespace=ns)) for s in steps("raw", n)]
     headers = {"Content-Type": "application/json"}
     if config.authorization:
         headers["Authorization"] = config.authorization
@@ -130,6 +130,8 @@ async def raw_loop(
         async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
             url = f"{config.host}{path}/namespaces/{ns}/{body['kind'].lower()}s"
             async with http.post(url, data=json.dumps(body), headers=headers) as r:
+                if r.status >= 300:  # a refusal is a broken benchmark, not a slower row
+                    raise RuntimeError(f"POST {url}: HTTP {r.status} {await r.text()}")
                 return dict(await r.json())
 
         async def one(m: Any) -> None:
@@ -174,7 +176,7 @@ async def typed_pairs(kubeconfig: str, ns: str, n: int, study: str) -> float:
     from kubernetes_asyncio import client, config
 
     await config.load_kube_config(kubeconfig)
-    bodies = [render(s, Target(study=study)) for s in steps("typed", n)]
+    bodies = [render(s, Target(study=study, namespace=ns)) for s in steps("typed", n)]
     gate = asyncio.Semaphore(64)
     async with client.ApiClient() as api:
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
