@@ -7,7 +7,6 @@ state comes from that Job and its lead pod, through the study's Job and Pod watc
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,18 +18,11 @@ from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 
 from ..test_minicluster import crd
+from ..waiting import wait_until
 from .conftest import FAST
 from .kubehelpers import session
 
 FAKE = "fake.k8sjobs.io/"
-
-
-async def _wait(predicate: object, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def _established(fake: FakeCluster) -> bool:
@@ -45,7 +37,7 @@ async def _with_operator(mode: str, tmp_path: Path) -> AsyncIterator[FakeCluster
         mode, directory=tmp_path, controller=FAST, bookmark_interval=0.5
     ) as fake:
         fake.store.create("customresourcedefinitions", "", crd())
-        await _wait(lambda: _established(fake))
+        await wait_until(lambda: _established(fake))
         yield fake
 
 
@@ -102,12 +94,12 @@ async def test_cancel_deletes_the_minicluster_and_what_the_operator_made(
     async with session(flux, tmp_path) as s:
         handle = await s.submit(_flux_step("long", duration=600))
         name = handle.object_name
-        await _wait(lambda: flux.get("jobs", name) is not None)
+        await wait_until(lambda: flux.get("jobs", name) is not None)
         await handle.cancel()
         assert (await handle.wait(30)).state is StepState.CANCELLED
-    await _wait(lambda: flux.get("miniclusters", name) is None)
-    await _wait(lambda: flux.get("jobs", name) is None and flux.get("services", name) is None)
-    await _wait(lambda: flux.get("configmaps", name) is None)
+    await wait_until(lambda: flux.get("miniclusters", name) is None)
+    await wait_until(lambda: flux.get("jobs", name) is None and flux.get("services", name) is None)
+    await wait_until(lambda: flux.get("configmaps", name) is None)
 
 
 @pytest_asyncio.fixture

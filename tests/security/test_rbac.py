@@ -23,6 +23,7 @@ from k8sjobs.sshkey import generate_key
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 
+from ..waiting import wait_until
 from .sechelpers import Rbac, forbidden, pairs, run_cli, used
 
 # Multi-node steps are launched over ssh: they render with a key pair.
@@ -239,10 +240,8 @@ async def test_minicluster_rules_are_exactly_what_a_flux_run_sends(
     body = render(hidden, Target(study="rbac")).job
     del body["metadata"]["labels"][LABEL_STUDY]
     del body["spec"]["jobLabels"][LABEL_STUDY]  # its Job is unseen by the study's watch
-    for _ in range(250):  # until the fake serves the CRD's kind
-        if "miniclusters" in cluster.store.resources:
-            break
-        await asyncio.sleep(0.02)
+    served = "the fake serves the MiniCluster kind"
+    await wait_until(lambda: "miniclusters" in cluster.store.resources, served)
     cluster.store.create("miniclusters", "default", body)
     async with _session(cluster, tmp_path) as s:
         assert (await (await s.submit(_step("ok", **flux))).wait(20)).ok
