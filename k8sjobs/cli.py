@@ -303,6 +303,9 @@ async def _cmd_status(args: argparse.Namespace) -> int:
             print(f'study "{args.study}": no steps found', file=sys.stderr)
             return 1
         Console().print(_table([h.result for h in handles]))
+        for handle in handles:  # each failed, evicted or deleted pod, and what it cost
+            for event in handle.events:
+                print(f"  {handle.name}: {event.describe()}")
         return 0 if all(h.result.ok for h in handles) else 1
     finally:
         await session.aclose()

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .errors import StepFailed
+from .events import EventLog, StepEvent
 from .state import StepResult, StepState
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class StepHandle:
         self._result = StepResult(name=name)
         self._done = asyncio.Event()
         self._listeners: list[Callable[[StepHandle], None]] = []
+        self._events = EventLog()
 
     @property
     def result(self) -> StepResult:
@@ -80,6 +82,19 @@ class StepHandle:
     def state(self) -> StepState:
         """Return the step's current state, as last reported by its backend."""
         return self._result.state
+
+    @property
+    def events(self) -> tuple[StepEvent, ...]:
+        """Return what happened to the step's pods (evicted, failed, retried), oldest first.
+
+        The last ``k8sjobs.events.EVENT_LIMIT`` only, as seen by this process: a re-attached
+        handle knows the failed pods that still exist.
+        """
+        return tuple(self._events)
+
+    def add_event(self, event: StepEvent) -> bool:
+        """Record ``event`` (a backend's call); return False if it was already known."""
+        return self._events.add(event)
 
     @property
     def done(self) -> bool:

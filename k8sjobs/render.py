@@ -27,6 +27,7 @@ from pydantic import SecretStr
 
 from . import minicluster, multinode
 from ._version import __version__
+from .failure import pod_failure_policy
 from .multinode import SshKey
 from .names import job_name, label_value
 from .podsecurity import check_restricted
@@ -51,6 +52,7 @@ __all__ = [
     "LABEL_STUDY",
     "Manifests",
     "Target",
+    "failed_output_reference",
     "output_reference",
     "placement",
     "render",
@@ -66,6 +68,7 @@ LABEL_HASH = "k8sjobs.io/spec-hash"
 ANNOTATION_STUDY = "k8sjobs.io/study-name"
 ANNOTATION_STEP = "k8sjobs.io/step-name"
 ANNOTATION_OUTPUTS = "k8sjobs.io/outputs"
+ANNOTATION_FAILED_OUTPUTS = "k8sjobs.io/failed-outputs"
 
 MAIN_CONTAINER = "step"
 PULL_CONTAINER = "k8sjobs-pull"
@@ -171,6 +174,15 @@ def output_reference(study: str, step: str, output: str) -> str:
     return f"k8sjobs/{label_value(study)}/{label_value(step)}:{output}"
 
 
+def failed_output_reference(study: str, step: str, output: str) -> str:
+    """Return where a failed step's output is kept (``push_outputs: always``).
+
+    A repository of its own (``.../<step>/failed``), never the tag a consumer reads: no
+    input resolution can take a failed step's output for a success.
+    """
+    return f"k8sjobs/{label_value(study)}/{label_value(step)}/failed:{output}"
+
+
 def placement(step: Step, target: Target) -> tuple[str, str]:
     """Return ``(object name, namespace)`` of ``step``'s Job (and ConfigMap) for ``target``.
 
@@ -217,6 +229,9 @@ def render(
     }
     if outputs:
         annotations[ANNOTATION_OUTPUTS] = json.dumps(outputs, sort_keys=True)
+    failed = _failed_outputs(step, target)
+    if failed:
+        annotations[ANNOTATION_FAILED_OUTPUTS] = json.dumps(failed, sort_keys=True)
     _check_annotations(step, annotations)
     meta = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
     configmap = _configmap(step, target, meta, refs, outputs)
@@ -244,6 +259,13 @@ def _check_ssh_key(step: Step, ssh_key: SshKey | None) -> None:
             '(a Session does this), or set launch: "none"'
         )
     multinode.check_env(step)
+
+
+def _failed_outputs(step: Step, target: Target) -> dict[str, str]:
+    """Return where each output goes when the step fails (none unless push_outputs: always)."""
+    if step.push_outputs != "always":
+        return {}
+    return {key: failed_output_reference(target.study, step.name, key) for key in step.outputs}
 
 
 def _check_annotations(step: Step, annotations: dict[str, str]) -> None:
@@ -296,7 +318,12 @@ def _configmap(
             "plain_http": target.plain_http,
             "inputs": dict(inputs),
             "outputs": {
-                key: {"path": step.outputs[key], "reference": ref} for key, ref in outputs.items()
+                key: {
+                    "path": step.outputs[key],
+                    "reference": ref,
+                    **_failed_push(step, target, key),
+                }
+                for key, ref in outputs.items()
             },
             "annotations": {ANNOTATION_STUDY: target.study, ANNOTATION_STEP: step.name},
         }
@@ -308,6 +335,12 @@ def _configmap(
             f"bytes, over the {CONFIGMAP_LIMIT}-byte ConfigMap limit; shorten the script"
         )
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(meta), "data": data}
+
+
+def _failed_push(step: Step, target: Target, key: str) -> dict[str, str]:
+    """Return the handoff config's "failed_reference" of one output, when it has one."""
+    failed = _failed_outputs(step, target)
+    return {"failed_reference": failed[key]} if key in failed else {}
 
 
 def _secret(step: Step, meta: Mapping[str, Any], ssh_key: SshKey | None) -> dict[str, Any] | None:
@@ -598,8 +631,13 @@ def _job(
 ) -> dict[str, Any]:
     nodes = step.resources.nodes
     template_meta = {"labels": dict(meta["labels"]), "annotations": dict(meta["annotations"])}
-    spec: dict[str, Any] = {
-        "backoffLimit": step.retries,
+    spec: dict[str, Any] = {"backoffLimit": step.retries}
+    policy = pod_failure_policy(
+        step.disruptions, step.retry_on_exit_codes, step.fail_on_exit_codes, MAIN_CONTAINER
+    )
+    if policy is not None:  # needs restartPolicy Never, which every k8sjobs pod has
+        spec["podFailurePolicy"] = policy
+    spec |= {
         "completions": nodes,
         "parallelism": nodes,
         "template": {

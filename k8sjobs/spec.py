@@ -33,6 +33,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ._textfile import read_text_file
 from .artifacts._reference import parse_reference
+from .failure import Disruptions, check_exit_code_rules, check_exit_codes
 from .names import check_label_key
 from .quantity import parse_bytes as parse_quantity
 from .scheduling import Affinity, ObjectName, check_spread
@@ -160,6 +161,7 @@ def check_dns_label(value: str | None, what: str) -> str | None:
 
 
 Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
+ExitCodes = Annotated[list[int], AfterValidator(check_exit_codes)]
 # A count of nodes, tasks or cores: each ends up in an int32 field of the Job or pod.
 Count = Annotated[int, Field(gt=0, le=INT32_MAX)]
 
@@ -405,7 +407,10 @@ class Step(_Model):
     into the ConfigMap or the Job) or a ``SecretKeyRef`` to an existing Secret. ``inputs``
     map a name to an artifact reference or another step's ``output(...)``; input ``x``
     appears as ``$K8SJOBS_INPUTS/x``. ``outputs`` map a name to a path relative to the
-    work directory, pushed as an artifact when the script succeeds.
+    work directory, pushed as an artifact when the script succeeds (and, with
+    ``push_outputs="always"``, apart as a failed step's outputs when it fails).
+    ``disruptions``, ``retry_on_exit_codes`` and ``fail_on_exit_codes`` say which pod
+    failures spend ``retries`` (``k8sjobs.failure``, docs/failures.md).
     """
 
     name: str = Field(min_length=1, max_length=253)
@@ -419,6 +424,11 @@ class Step(_Model):
     annotations: dict[str, str] = {}
     namespace: str | None = None
     retries: int = Field(0, ge=0, le=INT32_MAX, description="Pod retries: the Job's backoffLimit.")
+    # How pod failures are treated (k8sjobs.failure, docs/failures.md).
+    disruptions: Disruptions = "ignore"
+    retry_on_exit_codes: ExitCodes = []
+    fail_on_exit_codes: ExitCodes = []
+    push_outputs: Literal["on_success", "always"] = "on_success"
     walltime: Duration = None
     ttl_after_finished: Duration = None
     node_selector: dict[str, str] = {}
@@ -717,6 +727,16 @@ class Step(_Model):
         if self.target == "minicluster":
             for loc, message in minicluster_problems(self):
                 raise _field_error("Step", (loc,), message, getattr(self, loc))
+        return self
+
+    @model_validator(mode="after")
+    def _exit_code_rules_agree(self) -> Step:
+        problem = check_exit_code_rules(
+            self.retries, self.retry_on_exit_codes, self.fail_on_exit_codes
+        )
+        if problem is not None:
+            loc, message = problem
+            raise _field_error("Step", (loc,), message, getattr(self, loc))
         return self
 
     @model_validator(mode="after")

@@ -10,15 +10,17 @@ backend knows whether a vanished Job was deleted by this driver or by someone el
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from .failure import describe_rule, disruption, failed_rule
 from .multinode import is_launched
 from .render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
 from .state import StepResult, StepState
 
-__all__ = ["IMAGE_ERRORS", "grace_deadline", "judge", "parse_time"]
+__all__ = ["IMAGE_ERRORS", "grace_deadline", "judge", "parse_time", "pod_failure"]
 
 #: Waiting reasons that mean the container cannot start as written; after the grace time
 #: the step is failed rather than left PENDING forever (ErrImagePull may be a registry blip).
@@ -61,18 +63,27 @@ def parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(value)
 
 
-def judge(job: Obj, pods: Iterable[Obj], *, now: datetime, pending_grace: float) -> StepResult:
+def judge(
+    job: Obj,
+    pods: Iterable[Obj],
+    *,
+    now: datetime,
+    pending_grace: float,
+    gone: Iterable[Obj] = (),
+) -> StepResult:
     """Return the step's state, reason and facts as shown by ``job`` and its ``pods``.
 
     ``pending_grace`` is how many seconds a pod may sit in an image or configuration
     error (ImagePullBackOff, CreateContainerConfigError, ...) before the step is FAILED.
+    ``gone`` are the last known states of the Job's pods that were deleted (an evicted or
+    deleted pod vanishes before its Job fails): they explain a failure, nothing else.
     """
     ordered = sorted(pods, key=_pod_order)
     base = _base(job, ordered)
     status = job.get("status") or {}
     failed = _condition(status, _FAILED_CONDITIONS)
     if failed is not None:
-        return _failed(base, job, failed, ordered)
+        return _failed(base, job, failed, sorted([*gone, *ordered], key=_pod_order))
     complete = _condition(status, _COMPLETE_CONDITIONS)
     if complete is not None:
         finished = parse_time(status.get("completionTime")) or _transition(complete)
@@ -165,9 +176,14 @@ def _failed(base: StepResult, job: Obj, cond: Obj, pods: list[Obj]) -> StepResul
     failed_pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
     if not failed_pods:
         return result
+    rule = failed_rule(job, result.message) if job_reason == "PodFailurePolicy" else None
+    if rule is not None:  # name the step setting that decided it, then the controller's words
+        code = _rule_code(result.message, pod_failure(failed_pods[-1])[2])
+        text = f"{describe_rule(rule, code)} ({result.message})"
+        return result.evolve(exit_code=code, message=text)
     if (is_launched(job) or _flux_operated(job)) and job_reason not in _WHOLE_JOB_REASONS:
         return _launch_failed(result, failed_pods)
-    reason, message, code = _pod_failure(failed_pods[-1])
+    reason, message, code = pod_failure(failed_pods[-1])
     if job_reason in _POLICY_REASONS:
         return result.evolve(exit_code=code, message=f"{result.message}; last pod: {message}")
     if job_reason == "BackoffLimitExceeded":  # the usual end: say how often it was tried
@@ -193,7 +209,7 @@ def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:
     """
     culprit = min(failed_pods, key=_blame_order)
     index = _pod_index(culprit)
-    reason, message, code = _pod_failure(culprit)
+    reason, message, code = pod_failure(culprit)
     # Workers the controller stopped after the failure are not news; ones that died are.
     died = [p for p in failed_pods if not _stopped(p)]
     others = sorted({_pod_index(p) for p in died} - {index, 0, -1})
@@ -232,12 +248,26 @@ def _pod_index(pod: Obj) -> int:
         return -1
 
 
-def _pod_failure(pod: Obj) -> tuple[str, str, int | None]:
+def _rule_code(message: str, code: int | None) -> int | None:
+    """Return the exit code the controller's PodFailurePolicy message names (else ``code``)."""
+    match = re.search(r"failed with exit code (\d+)", message)
+    return int(match[1]) if match else code
+
+
+def pod_failure(pod: Obj) -> tuple[str, str, int | None]:
     """Return (reason, message, exit code) for why one failed pod failed."""
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "")
     if status.get("reason") == "Evicted":
         return "Evicted", f"pod {name} was evicted: {status.get('message', '')}".strip(), None
+    disrupted = disruption(pod)
+    if disrupted is not None:  # evicted, preempted or lost with its node: not the script's doing
+        why = f"{disrupted.get('reason', '')}: {disrupted.get('message', '')}".strip(": ")
+        return "Disrupted", f"pod {name} was disrupted ({why})", _code(_terminated(_main(pod)))
+    if (pod.get("metadata") or {}).get("deletionTimestamp") and status.get("phase") == "Failed":
+        code = _code(_terminated(_main(pod)))
+        shown = f", exit code {code}" if code is not None else ""
+        return "PodDeleted", f"pod {name} was deleted while it ran{shown}", code
     pull = _terminated(_container(pod, PULL_CONTAINER, init=True))
     if pull is not None and pull.get("exitCode", 0) != 0:
         pull_code = int(pull["exitCode"])

@@ -282,3 +282,28 @@ def test_rerun_adopts_succeeded_steps_and_replace_runs_a_changed_one(tmp_path: P
     )
     k8sjobs(tmp_path, "run", "study.yaml", "--replace", check=0)
     assert count.read_text() == "x\ny\n"
+
+
+RETRIED = """\
+name: retried
+steps:
+  - name: flaky
+    shell: sh
+    retries: 2
+    fail_on_exit_codes: [42]
+    script: |
+      n=$(cat ../count 2>/dev/null || echo 0); echo $((n+1)) > ../count
+      [ "$n" -ge 1 ] || exit 3
+      exit 42
+"""
+
+
+def test_status_prints_each_retry_and_the_rule_that_ended_the_step(tmp_path: Path) -> None:
+    study_file(tmp_path, RETRIED.replace("../count", str(tmp_path / "count")))
+    k8sjobs(tmp_path, "run", "study.yaml", check=1)
+    status = k8sjobs(tmp_path, "status", "--study", "retried", check=1).stdout
+    lines = [line.strip() for line in status.splitlines() if line.startswith("  flaky:")]
+    assert len(lines) == 2
+    assert "the script exited with code 3 (counted against retries)" in lines[0]
+    assert "the script exited with code 42 (the step fails)" in lines[1]
+    assert "fail_on_exit_codes" in status

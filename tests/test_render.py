@@ -659,6 +659,24 @@ def _golden_cases() -> dict[str, Manifests]:
         "mpi-gpu": render(mpi, Target(study="hpc", namespace="hpc")),
         "handoff": render(handoff, registry),
         "kueue-restricted": render(kueue, Target(study="kueue")),
+        **_failure_golden_cases(registry),
+    }
+
+
+def _failure_golden_cases(registry: Target) -> dict[str, Manifests]:
+    """The failure policy (k8sjobs.failure) and outputs on failure, as a cluster gets them."""
+    retry_on = Step(
+        name="fetch",
+        script="curl -fsS https://example.org/data > data.csv\n",
+        retries=3,
+        retry_on_exit_codes=[75, 7],
+        outputs={"data": "data.csv"},
+        push_outputs="always",
+    )
+    fail_on = Step(name="check", script="exit 0\n", disruptions="count", fail_on_exit_codes=[42, 2])
+    return {
+        "failure-retry-on-push-always": render(retry_on, registry),
+        "failure-count-disruptions-fail-on": render(fail_on, Target(study="policy")),
     }
 
 

@@ -80,7 +80,8 @@ EXPECTED = {
     "job-success-policy-index0.json": ([P, R, S], "Completed", 0),
     "job-backoff-limit-per-index.json": ([P, R, F], "ExitCode", 1),
     "job-evicted-pod-failure-policy-ignore.json": ([P, R, S], "Completed", 0),
-    "job-running-pod-deleted.json": ([P, R, F], "ExitCode", 143),
+    # The script did not fail: its pod was deleted (SIGTERM, 143), and the step says so.
+    "job-running-pod-deleted.json": ([P, R, F], "PodDeleted", 143),
 }
 
 
@@ -94,6 +95,18 @@ def test_transcript_state_sequence(path: Path) -> None:
     assert final.exit_code == code
     assert final.started_at is not None and final.finished_at is not None
     assert final.pods
+
+
+def test_failed_step_names_the_rule_or_the_deletion() -> None:
+    failjob = next(
+        r for r in _replay(REFERENCE / "job-pod-failure-policy-failjob.json") if r.state is F
+    )
+    assert failjob.message.startswith(
+        "exit code 42 is in fail_on_exit_codes [42], so the step was not retried ("
+    )
+    assert "matching FailJob rule at index 0" in failjob.message
+    deleted = next(r for r in _replay(REFERENCE / "job-running-pod-deleted.json") if r.state is F)
+    assert "was deleted while it ran, exit code 143" in deleted.message
 
 
 def test_suspended_job_is_pending_with_reason() -> None:

@@ -1,5 +1,8 @@
 """The in-pod handoff: pull a step's inputs before it runs, push its outputs after it succeeds.
 
+An output with a ``failed_reference`` (``push_outputs: always``) is pushed there when the step
+fails: as much of it as exists, annotated with the exit code, never under its own reference.
+
 ``python -m k8sjobs.handoff pull --config F`` runs as the init container;
 ``python -m k8sjobs.handoff push --config F`` runs beside the main container, waits for its
 exit-code marker, and pushes the declared outputs only when that code is 0. The config file
@@ -7,7 +10,8 @@ exit-code marker, and pushes the declared outputs only when that code is 0. The 
 
     {"store": "<location>", "plain_http": false, "ca_file": null,
      "inputs": {"<name>": "<reference>"},
-     "outputs": {"<name>": {"path": "<relative to workdir>", "reference": "<reference>"}},
+     "outputs": {"<name>": {"path": "<relative to workdir>", "reference": "<reference>",
+                            "failed_reference": "<reference, optional>"}},
      "annotations": {"k": "v"}}
 
 Environment: K8SJOBS_WORKDIR, K8SJOBS_INPUTS (input <name> lands in $K8SJOBS_INPUTS/<name>/),
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
 
 
 EXIT_MARKER = "exitcode"
+#: The annotation a failed step's pushed output carries: the script's exit code.
+ANNOTATION_EXIT_CODE = "k8sjobs.io/exit-code"
 OUTPUTS_FILE = "outputs.json"
 POLL_SECONDS = 0.2
 
@@ -56,6 +62,7 @@ class Output:
 
     path: str
     reference: str
+    failed_reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,10 @@ def parse_config(data: Any) -> HandoffConfig:
     for name, spec in (data.get("outputs") or {}).items():
         if not isinstance(spec, dict) or not {"path", "reference"} <= spec.keys():
             raise HandoffError(f'handoff config: output "{name}" needs "path" and "reference".')
-        outputs[_safe_name("output", name)] = Output(str(spec["path"]), str(spec["reference"]))
+        failed = spec.get("failed_reference")
+        outputs[_safe_name("output", name)] = Output(
+            str(spec["path"]), str(spec["reference"]), None if failed is None else str(failed)
+        )
     inputs = {_safe_name("input", k): v for k, v in _str_map(data, "inputs").items()}
     return HandoffConfig(
         store=data["store"],
@@ -237,6 +247,34 @@ def read_push_report(text: str) -> dict[str, str]:
     return {}
 
 
+async def push_failed_outputs(
+    config: HandoffConfig, workdir: Path, code: int, err: TextIO, stores: StoreOpener = own_store
+) -> dict[str, dict[str, str]]:
+    """Push what exists of the outputs that have a failed_reference; return as push_outputs.
+
+    For debugging a failed step: a missing output is reported on ``err`` and skipped, and
+    each pushed one is annotated with the exit code.
+    """
+    paths: dict[str, Path] = {}
+    for name, out in config.outputs.items():
+        if out.failed_reference is None:
+            continue
+        try:
+            paths[name] = await asyncio.to_thread(_output_path, workdir, name, out)
+        except HandoffError as exc:
+            print(f"k8sjobs handoff: {exc} Not pushed.", file=err)
+    results: dict[str, dict[str, str]] = {}
+    if not paths:
+        return results
+    annotations = {**config.annotations, ANNOTATION_EXIT_CODE: str(code)}
+    async with stores(config) as store:
+        for name, path in paths.items():
+            reference = str(config.outputs[name].failed_reference)
+            pushed = await store.push(reference, [path], annotations=annotations)
+            results[name] = {"reference": reference, "digest": pushed.digest}
+    return results
+
+
 def _write_json_atomically(path: Path, data: object) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, sort_keys=True))
@@ -255,6 +293,8 @@ async def run_push(
 ) -> int:
     """Wait for the main container; push outputs on success; return the process exit code.
 
+    On failure, outputs with a ``failed_reference`` are pushed there (push_outputs: always).
+
     ``exit_code`` replaces the wait for the marker where the caller knows when the main
     container ended (the local runners); it returns None when the step left no marker.
     """
@@ -268,10 +308,15 @@ async def run_push(
     if code is None:
         print("k8sjobs handoff: the step wrote no exit code; no outputs pushed.", file=err)
         return 0
-    if code != 0:
+    if code != 0 and not any(o.failed_reference for o in config.outputs.values()):
         print(f"k8sjobs handoff: the step exited with {code}; no outputs pushed.", file=err)
         return 0
-    results = await push_outputs(config, _env_dir(env, "K8SJOBS_WORKDIR"), stores)
+    workdir = _env_dir(env, "K8SJOBS_WORKDIR")
+    if code != 0:
+        print(f"k8sjobs handoff: the step exited with {code}; pushing as failed.", file=err)
+        results = await push_failed_outputs(config, workdir, code, err, stores)
+    else:
+        results = await push_outputs(config, workdir, stores)
     await asyncio.to_thread(_write_json_atomically, status_dir / OUTPUTS_FILE, results)
     print(json.dumps(results, sort_keys=True), file=out, flush=True)
     return 0

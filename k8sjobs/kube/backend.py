@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,9 +23,11 @@ from typing import Any
 
 from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, NotFound
+from ..events import pod_event
 from ..handle import StepHandle
 from ..names import label_value
 from ..render import (
+    ANNOTATION_FAILED_OUTPUTS,
     ANNOTATION_OUTPUTS,
     ANNOTATION_STEP,
     LABEL_STUDY,
@@ -48,11 +49,15 @@ from .client import (
 )
 from .config import ClusterConfig, load_config
 from .create import create_step, top_kind
+from .logkeep import LogKeeper, file_name
 from .watch import Change, Informer, WatchStats
 
 __all__ = ["KubernetesBackend"]
 
 log = logging.getLogger("k8sjobs.kube")
+# Deleted pods remembered per Job: enough to explain its failure, bounded for a Job that
+# keeps losing pods.
+_GONE_LIMIT = 20
 
 
 class StudyWatch:
@@ -70,6 +75,9 @@ class StudyWatch:
         self.pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         # Pod name -> its Job: a DELETED pod is found at once, not by scanning every Job.
         self._job_of_pod: dict[str, str] = {}
+        # The last state of each Job's deleted pods (an evicted pod vanishes before its Job
+        # fails): they explain a failure and keep their kept logs reachable. Bounded per Job.
+        self.gone_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         self.gone: dict[str, asyncio.Event] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks = [
@@ -109,13 +117,19 @@ class StudyWatch:
     def track(self, handle: StepHandle) -> None:
         """Start feeding ``handle``; judge it at once if its Job is already known."""
         self.handles[handle.object_name] = handle
-        if handle.object_name in self.jobs.cache.objects:
+        job = self.jobs.cache.objects.get(handle.object_name)
+        for pod in self.pods_by_job.get(handle.object_name, {}).values() if job else ():
+            event = pod_event(job or {}, pod)  # what a re-attached handle can still see
+            if event is not None:
+                handle.add_event(event)
+        if job is not None:
             self.refresh(handle.object_name)
 
     def _job_changed(self, change: Change) -> None:
         if change.obj is None:
             for pod in self.pods_by_job.pop(change.name, {}):
                 self._job_of_pod.pop(pod, None)
+            self.gone_by_job.pop(change.name, None)
             if change.name in self.gone:
                 self.gone[change.name].set()
             self.backend._vanished(self, change.name)
@@ -128,13 +142,34 @@ class StudyWatch:
             return
         pods = self.pods_by_job.setdefault(job, {})
         if change.obj is None:
-            pods.pop(change.name, None)
+            last = pods.pop(change.name, None)
             self._job_of_pod.pop(change.name, None)
+            if last is not None:
+                self._remember_gone(job, change.name, last)
         else:
             pods[change.name] = change.obj
             self._job_of_pod[change.name] = job
+        self._note_event(job, change)
+        self.backend._pod_seen(self, job, change)
         if job in self.jobs.cache.objects:
             self.refresh(job)
+
+    def _remember_gone(self, job: str, name: str, pod: dict[str, Any]) -> None:
+        gone = self.gone_by_job.setdefault(job, {})
+        gone[name] = pod
+        while len(gone) > _GONE_LIMIT:
+            gone.pop(next(iter(gone)))
+
+    def _note_event(self, job: str, change: Change) -> None:
+        """Record a failed or deleted pod in its step's events (once per pod)."""
+        handle = self.handles.get(job)
+        job_obj = self.jobs.cache.objects.get(job)
+        pod = change.obj or self.gone_by_job.get(job, {}).get(change.name)
+        if handle is None or job_obj is None or pod is None:
+            return
+        event = pod_event(job_obj, pod, deleted=change.obj is None)
+        if event is not None and handle.add_event(event):
+            log.info('Step "%s": %s', handle.name, event.describe())
 
     def _job_of(self, change: Change) -> str | None:
         if change.obj is None:
@@ -154,8 +189,9 @@ class StudyWatch:
         if handle is None or job is None or handle.done:
             return
         pods = list(self.pods_by_job.get(job_name, {}).values())
+        gone = list(self.gone_by_job.get(job_name, {}).values())
         grace = self.backend.pending_grace
-        result = judge(job, pods, now=datetime.now(UTC), pending_grace=grace)
+        result = judge(job, pods, now=datetime.now(UTC), pending_grace=grace, gone=gone)
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
         if result.state.terminal:
@@ -190,7 +226,9 @@ class KubernetesBackend:
     mean time between safety-net relists of each watch (jittered; costs one LIST per
     namespace, study and kind; None turns it off). Other keywords tune the API client (see
     ``ClientOptions``: qps, burst, max_writes, timeout, watch_idle, retries, ...).
-    ``watch_stats`` counts watch reconnects and relists by reason.
+    ``watch_stats`` counts watch reconnects and relists by reason. ``follow_logs`` is how
+    many running pods' logs are followed at once into ``log_dir`` (0: none), so that the
+    log of a pod deleted at its walltime or evicted is kept (see ``kube/logkeep.py``).
     """
 
     kind = "kubernetes"
@@ -206,10 +244,12 @@ class KubernetesBackend:
         pending_grace: float = 120.0,
         relist_interval: float | None = 900.0,
         config: ClusterConfig | None = None,
+        follow_logs: int = 32,
         **client_options: Any,
     ) -> None:
         self._namespace = namespace
         self.log_dir = Path(log_dir)
+        self.logkeeper = LogKeeper(self.log_dir, follow_logs)
         self.keep_failed = keep_failed
         self.pending_grace = pending_grace
         self._kubeconfig = kubeconfig
@@ -273,6 +313,7 @@ class KubernetesBackend:
         for watch in self._watches.values():
             await watch.aclose()
         self._watches.clear()
+        await self.logkeeper.aclose()
         if self._client is not None:
             await self._client.aclose()
 
@@ -375,6 +416,15 @@ class KubernetesBackend:
             )
         )
 
+    def _pod_seen(self, watch: StudyWatch, job: str, change: Change) -> None:
+        """Start keeping the step container's log of a pod that runs (see logkeep.py)."""
+        handle = watch.handles.get(job)
+        pod = change.obj
+        if handle is None or pod is None or (pod.get("status") or {}).get("phase") != "Running":
+            return
+        where = (handle.study, handle.name, self._run_of(handle))
+        self.logkeeper.follow(self.client, watch.namespace, where, change.name, MAIN_CONTAINER)
+
     def _vanished(self, watch: StudyWatch, name: str) -> None:
         """A Job disappeared: ours to cancel or replace, else somebody else deleted it."""
         handle = watch.handles.get(name)
@@ -430,6 +480,7 @@ class KubernetesBackend:
                 result = result.evolve(outputs={**outputs, **await self._pushed(handle, pods)})
             else:
                 result = await self._save_failure(handle, pods, result)
+                result = await self._failed_outputs(handle, pods, result)
         finally:
             self._finishing.discard((handle.namespace, handle.object_name))
             handle.report(result)
@@ -452,38 +503,87 @@ class KubernetesBackend:
                 return digests
         return {}
 
+    async def _failed_outputs(
+        self, handle: StepHandle, pods: list[dict[str, Any]], result: StepResult
+    ) -> StepResult:
+        """Return ``result`` with what a failed step pushed (``push_outputs: always``)."""
+        job = self._job_of(handle) or {}
+        raw = (job.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_FAILED_OUTPUTS)
+        if not raw:
+            return result
+        return result.evolve(outputs={**json.loads(raw), **await self._pushed(handle, pods)})
+
+    def _job_of(self, handle: StepHandle) -> dict[str, Any] | None:
+        watch = self._watches.get((handle.namespace, label_value(handle.study)))
+        return None if watch is None else watch.jobs.cache.objects.get(handle.object_name)
+
+    def _run_of(self, handle: StepHandle) -> str:
+        """Return the uid of the step's Job: its kept logs' folder ("" once the Job is gone)."""
+        job = self._job_of(handle) or {}
+        return str((job.get("metadata") or {}).get("uid") or "")
+
     async def _save_failure(
         self, handle: StepHandle, pods: list[dict[str, Any]], result: StepResult
     ) -> StepResult:
         """Return ``result`` with the failed pod's log kept in log_dir/<study>/<step>.log."""
         failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"] or pods
-        if failed:
-            path = self.log_dir / _file_name(handle.study) / f"{_file_name(handle.name)}.log"
+        names = [_name(p) for p in failed] or list(result.pods)
+        if names:
+            path = self.log_dir / file_name(handle.study) / f"{file_name(handle.name)}.log"
             try:
-                text = await self.client.log(handle.namespace, _name(failed[-1]), MAIN_CONTAINER)
+                text = await self._pod_log(handle, names[-1], MAIN_CONTAINER, None)
                 await asyncio.to_thread(_write, path, text)
                 result = result.evolve(log_file=str(path))
             except (ApiError, OSError) as exc:
                 log.warning('Step "%s": could not save its log: %s', handle.name, exc)
         return result
 
+    async def _pod_log(self, handle: StepHandle, pod: str, container: str, tail: int | None) -> str:
+        """Return one pod's log from the API, or the kept copy once the pod is gone."""
+        try:
+            return await self.client.log(handle.namespace, pod, container, tail)
+        except NotFound:
+            run = self._run_of(handle)
+            if not run:  # the Job is gone too: no run to look in
+                raise
+            kept = self.logkeeper.path(handle.study, handle.name, run, pod, container)
+            # The kept copy is complete once its follow has read the end of the stream.
+            await self.logkeeper.wait(kept, self._options.timeout)
+            try:
+                text = await asyncio.to_thread(kept.read_text, errors="replace")
+            except FileNotFoundError:
+                raise NotFound(
+                    404,
+                    {"reason": "NotFound", "message": f'pod "{pod}" is gone; its log was not kept'},
+                ) from None
+            return _tail(text, tail)
+
     # ---- logs --------------------------------------------------------------------------
 
     async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
         """Return the log of the step's pods (joined, newest pod last)."""
-        pods = await self._pod_names(handle)
+        container = container or MAIN_CONTAINER
+        live = await self._pod_names(handle)
+        run = self._run_of(handle)
+        kept = (
+            await asyncio.to_thread(self.logkeeper.kept, handle.study, handle.name, run, container)
+            if run
+            else {}
+        )
+        # Pods deleted before this process saw them (an evicted pod, a walltime) come first.
+        pods = [p for p in kept if p not in live] + live
         texts = []
         for pod in pods:
             try:
-                texts.append(
-                    await self.client.log(handle.namespace, pod, container or MAIN_CONTAINER, tail)
-                )
+                texts.append(await self._pod_log(handle, pod, container, tail))
+            except NotFound:
+                continue
             except ApiError as exc:  # one node of several still starting: the others' logs
                 if exc.status != 400 or "waiting to start" not in str(exc):
                     raise
-        if not texts and handle.result.log_file:
+        if not texts and handle.result.log_file and container == MAIN_CONTAINER:
             return await asyncio.to_thread(Path(handle.result.log_file).read_text)
-        return "".join(texts)
+        return _tail("".join(texts), tail)
 
     async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
         """Yield the step's log lines as written (follow=true), until its container ends."""
@@ -550,11 +650,8 @@ def _name(pod: dict[str, Any]) -> str:
     return str(pod["metadata"]["name"])
 
 
-def _file_name(name: str) -> str:
-    """Return ``name`` if it is a safe file name, else its label form (slug and hash)."""
-    if re.fullmatch(r"[\w+-][\w.+-]*", name):
-        return name
-    return label_value(name)
+def _tail(text: str, tail: int | None) -> str:
+    return text if tail is None else "".join(text.splitlines(keepends=True)[-tail:])
 
 
 def _write(path: Path, text: str) -> None:

@@ -248,6 +248,23 @@ class KubeClient:
 
     # ---- streams ---------------------------------------------------------------------
 
+    async def stream_bytes(
+        self, path: str, params: Mapping[str, str], *, what: str, kind: Kind, verb: str
+    ) -> AsyncGenerator[bytes, None]:
+        """Yield the bytes of a long-lived response as they come (a followed log, byte-exact).
+
+        Opened with the retries of any GET; a drop while streaming ends the iteration with
+        the aiohttp error.
+        """
+        response = await self._send(
+            "GET", path, params=params, what=what, kind=kind, verb=verb, stream=True
+        )
+        try:
+            async for chunk in response.content.iter_any():
+                yield chunk
+        finally:
+            response.release()
+
     async def stream_lines(
         self,
         path: str,

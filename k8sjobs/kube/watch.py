@@ -99,6 +99,14 @@ _KEEP_ANNOTATIONS = (
     # judge() names the index of a multi-node step's failed pod.
     "batch.kubernetes.io/job-completion-index",
 )
+_KEEP_ANNOTATIONS = (
+    "k8sjobs.io/step-name",
+    "k8sjobs.io/study-name",
+    "k8sjobs.io/outputs",
+    "k8sjobs.io/failed-outputs",
+)
+# Spec fields read after submission: suspension, and the rules that name a failure's cause.
+_KEEP_SPEC = ("successPolicy", "podFailurePolicy")
 
 
 # Status fields no verdict reads: dropped from the cached copies (a cached pod and Job cost the
@@ -148,8 +156,8 @@ def slim(obj: Mapping[str, Any]) -> Obj:
     kept["ownerReferences"] = [{"kind": o.get("kind"), "name": o.get("name")} for o in owners]
     spec = obj.get("spec") or {}
     kept_spec = {"suspend": spec.get("suspend")}
-    if "successPolicy" in spec:  # a multi-node launch: judge() reads who decides
-        kept_spec["successPolicy"] = spec["successPolicy"]
+    # judge() reads who decides a multi-node launch, and the rules that name a failure.
+    kept_spec |= {k: spec[k] for k in _KEEP_SPEC if k in spec}
     return {"metadata": kept, "spec": kept_spec, "status": _compact(obj.get("status") or {})}
 
 

@@ -32,11 +32,14 @@ import anyio
 
 from ..artifacts.handoff import OUTPUTS_FILE, read_push_report
 from ..errors import SpecMismatch
+from ..events import StepEvent, pod_event
+from ..failure import rule_action
 from ..handle import StepHandle
 from ..jobindex import format_indexes, match_success_policy
 from ..names import label_value
 from ..quantity import parse_bytes, parse_cores
 from ..render import (
+    ANNOTATION_FAILED_OUTPUTS,
     ANNOTATION_STEP,
     ANNOTATION_STUDY,
     LABEL_HASH,
@@ -218,6 +221,8 @@ class LocalBackend:
             orphans = await self._orphans(record)
             living = await anyio.to_thread.run_sync(_living, orphans)
             handle.report(_attached_result(record, orphaned=living))
+            for event in record.get("events", ()):
+                handle.add_event(StepEvent.from_json(event))
             handles.append(handle)
         return handles
 
@@ -319,6 +324,10 @@ class _SuccessPolicyMet(Exception):
     """The indexes the Job's successPolicy names succeeded: the others are not needed."""
 
 
+class _FailJob(Exception):
+    """A podFailurePolicy FailJob rule matched a failed pod (the message is the Job's)."""
+
+
 class _JobRun:
     """One local Job: reserve, run its pods, retry, time out, and report."""
 
@@ -338,6 +347,8 @@ class _JobRun:
         self.pods: dict[str, dict[str, Any]] = {}
         self.task: asyncio.Task[None] | None = None
         self.path = backend._record_path(handle.study, manifests.name)
+        self.policy_message = ""
+        self._last_pod: dict[int | None, str] = {}
         self._save_lock = asyncio.Lock()
         self._saving: set[asyncio.Future[None]] = set()
         # Pods a killed driver left running, by completion index: followed, never restarted.
@@ -376,6 +387,7 @@ class _JobRun:
             "pods": list(self.pods),
             "pod_status": {name: pod.get("status", {}) for name, pod in self.pods.items()},
             "result": _result_json(self.handle.result),
+            "events": [event.to_json() for event in self.handle.events],
         }
 
     async def _main(self) -> None:
@@ -450,6 +462,8 @@ class _JobRun:
                 return  # _main reports CANCELLED
             if failed == "config":
                 self._finish("CreateContainerConfigError", self._waiting_message())
+            elif failed == "policy":
+                self._finish("PodFailurePolicy", self.policy_message)
             elif failed == "backoff":
                 self._finish("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             elif failed in _INDEX_FAILURES:
@@ -479,10 +493,18 @@ class _JobRun:
         async def run_index(index: int | None) -> None:
             nonlocal failures
             while (phase := await self._next_pod(index)) != "Succeeded":
+                pod = self.pods[self._last_pod[index]]
                 if phase == "Pending":  # a missing ConfigMap, Secret or key: no retry helps
                     raise _ConfigMissing
                 if await self._cancel_requested():  # its pods were killed from outside
                     raise _CancelledElsewhere
+                # The Job's podFailurePolicy, as the job controller applies it.
+                self._note_event(pod)
+                rule = rule_action(self.job, pod)
+                if rule is not None and rule[1] == "FailJob":
+                    raise _FailJob(rule[2])
+                if rule is not None and rule[1] == "Ignore":
+                    continue
                 failures += 1
                 status["failed"] = failures
                 index_failures[index] = index_failures.get(index, 0) + 1
@@ -523,6 +545,9 @@ class _JobRun:
             outcome = "config"
         except* _CancelledElsewhere:
             outcome = "cancelled"
+        except* _FailJob as group:
+            outcome = "policy"
+            self.policy_message = str(group.exceptions[0])
         if outcome == "" and failed:
             outcome = "failed-indexes"
         return outcome
@@ -541,6 +566,7 @@ class _JobRun:
         pod["metadata"]["name"] = orphan.name
         pod["status"] = orphan.status
         self.pods[orphan.name] = pod
+        self._last_pod[index] = orphan.name
         self._judge()
         grace = self.backend.runner.kill_grace
         names = list(orphan.keepers)
@@ -552,6 +578,7 @@ class _JobRun:
         pod = self._pod(index)
         name = pod["metadata"]["name"]
         self.pods[name] = pod
+        self._last_pod[index] = name  # its failure is judged by the podFailurePolicy
         extra = {"JOB_COMPLETION_INDEX": str(index)} if index is not None else {}
 
         def on_status(status: dict[str, Any]) -> None:
@@ -565,8 +592,15 @@ class _JobRun:
             on_status=on_status,
             extra_env=extra,
         )
-        pod["status"] = final
-        return str(final.get("phase", "Failed"))
+        pod["status"] = {**final, "phase": final.get("phase", "Failed")}
+        return str(pod["status"]["phase"])
+
+    def _note_event(self, pod: dict[str, Any]) -> None:
+        """Record a failed pod in the step's events (kept in the record for other processes)."""
+        event = pod_event(self.job, pod)
+        if event is not None:
+            for handle in (self.handle, *self.followers):
+                handle.add_event(event)
 
     def _pod(self, index: int | None) -> dict[str, Any]:
         template = self.job["spec"]["template"]
@@ -664,7 +698,10 @@ class _JobRun:
         job_name = self.manifests.name
         log = self.backend.runner.log_path(_log_pod(pods, job_name), container) if pods else None
         outputs = dict(self.manifests.outputs)
-        if result.ok and pods:
+        failed = self.job["metadata"].get("annotations", {}).get(ANNOTATION_FAILED_OUTPUTS)
+        if not result.ok and failed:  # push_outputs: always; never the success references
+            outputs = json.loads(failed)
+        if (result.ok or failed) and pods:
             outputs.update(self._pushed(pods))
         return result.evolve(log_file=str(log) if log else None, outputs=outputs)
 

@@ -158,6 +158,11 @@ class StepSettings(_VolumesAndPlacement):
     service_account: str | None = None
     queue: str | None = None
     retries: int | None = Field(None, ge=0)
+    # The failure policy (k8sjobs.failure); checked by Step, with the field in the error.
+    disruptions: Literal["ignore", "count"] | None = None
+    retry_on_exit_codes: list[int] | None = None
+    fail_on_exit_codes: list[int] | None = None
+    push_outputs: Literal["on_success", "always"] | None = None
     launcher: str | None = None
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] | None = None
@@ -192,6 +197,10 @@ class BatchSettings(_VolumesAndPlacement):
     service_account: str | None = None
     queue: str | None = None
     retries: int = Field(0, ge=0)
+    disruptions: Literal["ignore", "count"] = "ignore"
+    retry_on_exit_codes: list[int] = []
+    fail_on_exit_codes: list[int] = []
+    push_outputs: Literal["on_success", "always"] = "on_success"
     launcher: str = DEFAULT_LAUNCHER
     # Multi-node steps (k8sjobs/multinode.py): None means "ssh" when nodes > 1.
     launch: Literal["ssh", "none"] | None = None
@@ -530,6 +539,10 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 ssh_dir=merged["ssh_dir"],
                 target=merged["target"],
                 flux_in_image=merged["flux_in_image"],
+                disruptions=merged["disruptions"],
+                retry_on_exit_codes=merged["retry_on_exit_codes"],
+                fail_on_exit_codes=merged["fail_on_exit_codes"],
+                push_outputs=merged["push_outputs"],
                 inputs=inputs,
                 outputs=merged["outputs"],
                 **{key: merged[key] for key in _PASSED_THROUGH},

@@ -204,6 +204,23 @@ def test_step_overrides_apply_to_every_parameter_combination(tmp_path: Path) -> 
     assert other["spec"]["template"]["spec"]["containers"][0]["image"] == "base:1"
 
 
+def test_the_failure_policy_comes_from_the_batch_block_and_step_overrides(tmp_path: Path) -> None:
+    chosen = adapter(
+        retries=2,
+        retry_on_exit_codes=[75],
+        steps={"check": {"disruptions": "count", "retry_on_exit_codes": [], "retries": 0}},
+    )
+    sim = chosen.manifests(study_step("sim_N.1", "x"), "echo\n", str(tmp_path)).job["spec"]
+    rules = sim["podFailurePolicy"]["rules"]
+    assert [r["action"] for r in rules] == ["Ignore", "FailJob"]
+    assert rules[1]["onExitCodes"] == {"containerName": "step", "operator": "NotIn", "values": [75]}
+    check = chosen.manifests(study_step("check", "x"), "echo\n", str(tmp_path)).job["spec"]
+    assert "podFailurePolicy" not in check
+    bad = adapter(steps={"sim": {"fail_on_exit_codes": [0]}})
+    with pytest.raises(ValueError, match=r'Step "sim": fail_on_exit_codes: .*0 is success'):
+        bad.manifests(study_step("sim", "x"), "echo\n", str(tmp_path))
+
+
 def test_bad_step_values_fail_the_submission_with_the_field(tmp_path: Path) -> None:
     script = tmp_path / "s.sh"
     script.write_text("echo hi\n")

@@ -1,0 +1,114 @@
+"""A step's events: each failed or disrupted pod, what it cost, and why (pure values).
+
+A handle's state says where the step is; its events say what happened on the way, so that
+a step that succeeded on its third pod still tells that two were evicted. The backends feed
+them from what they already see (the shared watch on a cluster, the pod runner locally):
+one ``StepEvent`` per failed or deleted pod, built by ``pod_event`` from the pod and its
+Job's ``podFailurePolicy``. A handle keeps the last ``EVENT_LIMIT`` of them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from .failure import disruption, rule_action
+from .status import parse_time, pod_failure
+
+__all__ = ["EVENT_LIMIT", "EventLog", "StepEvent", "pod_event"]
+
+#: Events a handle keeps (the oldest go first): a pod evicted in a loop cannot grow memory.
+EVENT_LIMIT = 50
+
+# What each podFailurePolicy action means for the step, in a person's words.
+_ACTION_TEXT = {
+    "Ignore": "retried without spending a retry",
+    "Count": "counted against retries",
+    "FailJob": "the step fails",
+    "FailIndex": "its index fails",
+}
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One thing that happened to a step's pod.
+
+    ``reason`` is short and machine-readable ("Disrupted", "PodDeleted", "ExitCode",
+    "OOMKilled", ...); ``action`` is what it cost the step: "Ignore" (replaced without
+    spending ``retries``), "Count" (spent one retry) or "FailJob" (ended the step).
+    """
+
+    time: datetime | None
+    pod: str
+    reason: str
+    message: str
+    action: str
+
+    def describe(self) -> str:
+        """Return one line a person can read."""
+        return f"{self.message} ({_ACTION_TEXT.get(self.action, self.action)})"
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the event as JSON-ready data (the local backend's step record keeps it)."""
+        data = asdict(self)
+        data["time"] = self.time.isoformat() if self.time else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StepEvent:
+        """Return the event ``to_json`` wrote."""
+        return cls(**{**data, "time": parse_time(data.get("time"))})
+
+
+class EventLog:
+    """The last ``limit`` events of one step, each pod's failure recorded once."""
+
+    def __init__(self, limit: int = EVENT_LIMIT) -> None:
+        self._events: deque[StepEvent] = deque(maxlen=limit)
+        self._seen: set[tuple[str, str]] = set()
+
+    def add(self, event: StepEvent) -> bool:
+        """Keep ``event``; return False if this pod's failure was already recorded."""
+        key = (event.pod, event.reason)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        self._events.append(event)
+        return True
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        return iter(self._events)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def pod_event(job: Obj, pod: Obj, *, deleted: bool = False) -> StepEvent | None:
+    """Return the event for a pod that failed (or was deleted before it ended), else None."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Succeeded" or (phase != "Failed" and not deleted):
+        return None
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    reason, message, _code = pod_failure(pod)
+    matched = rule_action(job, pod)  # a deleted pod ends Failed with the conditions it has
+    action = matched[1] if matched else "Count"
+    when = _finished(status) or parse_time(meta.get("deletionTimestamp"))
+    if phase != "Failed":  # deleted while pending or running: it ends Failed, and counts
+        reason = "Disrupted" if disruption(pod) else "PodDeleted"
+        message = f"pod {name} was deleted before it ended"
+    return StepEvent(time=when, pod=name, reason=reason, message=message, action=action)
+
+
+def _finished(status: Obj) -> datetime | None:
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated.get("finishedAt"):
+            return parse_time(terminated["finishedAt"])
+    return None

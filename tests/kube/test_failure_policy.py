@@ -1,0 +1,124 @@
+"""Disruptions, exit-code rules, step events and kept logs on the fake cluster (issue 17)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from k8sjobs.kube.backend import KubernetesBackend
+from k8sjobs.kube.client import JOBS, PODS
+from k8sjobs.render import MAIN_CONTAINER
+from k8sjobs.state import StepState
+from k8sjobs.testing import FakeCluster
+
+from ..waiting import wait_until
+from .kubehelpers import FAKE, session, step
+
+
+def _running_pod(cluster: FakeCluster, job: str) -> str | None:
+    for pod in cluster.objects("pods", "default"):
+        labels = pod["metadata"].get("labels") or {}
+        running = (pod.get("status") or {}).get("phase") == "Running"
+        if labels.get("batch.kubernetes.io/job-name") == job and running:
+            return str(pod["metadata"]["name"])
+    return None
+
+
+async def _started(cluster: FakeCluster, job: str) -> str:
+    await wait_until(lambda: _running_pod(cluster, job) is not None)
+    pod = _running_pod(cluster, job)
+    assert pod is not None
+    return pod
+
+
+async def test_an_evicted_pod_is_replaced_without_spending_retries(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    async with session(cluster, tmp_path) as s:
+        handle = await s.submit(step("evicted", duration=3, retries=0))
+        first = await _started(cluster, handle.object_name)
+        cluster.evict(first)
+        result = await handle.wait(30)
+    assert (result.state, result.reason) == (StepState.SUCCEEDED, "Completed")
+    assert len(result.pods) >= 1 and first not in result.pods
+    (event,) = [e for e in handle.events if e.pod == first]
+    assert (event.reason, event.action) == ("Disrupted", "Ignore")
+    assert "EvictionByEvictionAPI" in event.message
+    assert "without spending a retry" in event.describe()
+
+
+async def test_with_disruptions_counted_a_deleted_running_pod_fails_the_step(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    async with session(cluster, tmp_path) as s:
+        handle = await s.submit(step("deleted", duration=30, disruptions="count"))
+        pod = await _started(cluster, handle.object_name)
+        backend = s.backends["kubernetes"]
+        assert isinstance(backend, KubernetesBackend)
+        await backend.client.delete(PODS, "default", pod, propagation="Background")
+        result = await handle.wait(30)
+    assert (result.state, result.reason) == (StepState.FAILED, "PodDeleted")
+    assert f"pod {pod} was deleted while it ran" in result.message
+    assert [e.reason for e in handle.events] == ["PodDeleted"]
+
+
+async def test_fail_on_exit_codes_ends_the_step_at_once_naming_the_rule(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    notes = {f"{FAKE}exit-code": "42"}
+    async with session(cluster, tmp_path) as s:
+        bad = step("bad", annotations=notes, retries=5, fail_on_exit_codes=[42])
+        result = await (await s.submit(bad)).wait(30)
+    assert (result.state, result.reason, result.exit_code) == (
+        StepState.FAILED,
+        "PodFailurePolicy",
+        42,
+    )
+    assert result.message.startswith("exit code 42 is in fail_on_exit_codes [42]")
+    assert len(result.pods) == 1  # not retried, with five retries left
+
+
+async def test_retry_on_exit_codes_retries_only_those(cluster: FakeCluster, tmp_path: Path) -> None:
+    async with session(cluster, tmp_path) as s:
+        flaky = step("flaky", annotations={f"{FAKE}exit-code": "75"}, retries=1)
+        flaky = flaky.model_copy(update={"retry_on_exit_codes": [75]})
+        other = step("other", annotations={f"{FAKE}exit-code": "3"}, retries=4)
+        other = other.model_copy(update={"retry_on_exit_codes": [75]})
+        flaky_h, other_h = await s.submit(flaky), await s.submit(other)
+        flaky_r, other_r = await flaky_h.wait(30), await other_h.wait(30)
+    assert (flaky_r.reason, len(flaky_r.pods)) == ("ExitCode", 2)  # retried, then out of retries
+    assert [e.action for e in flaky_h.events] == ["Count", "Count"]
+    assert other_r.reason == "PodFailurePolicy" and len(other_r.pods) == 1
+    assert other_r.message.startswith("exit code 3 is not in retry_on_exit_codes [75]")
+
+
+async def test_a_step_killed_by_its_walltime_keeps_its_log(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    notes = {f"{FAKE}logs": "step 1 of 100 done\n\nstep 2 of 100 done\n"}
+    async with session(cluster, tmp_path) as s:
+        handle = await s.submit(step("long", duration=600, walltime="1h", annotations=notes))
+        pod = await _started(cluster, handle.object_name)
+        backend = s.backends["kubernetes"]
+        assert isinstance(backend, KubernetesBackend)
+        job = cluster.get("jobs", handle.object_name)
+        assert job is not None
+        kept = backend.logkeeper.path("s", "long", job["metadata"]["uid"], pod, MAIN_CONTAINER)
+        await wait_until(lambda: kept.exists() and kept.stat().st_size > 0)
+        # The walltime runs out now: the job controller deletes the pod, and its log.
+        await backend.client.request(
+            "PATCH",
+            JOBS.path("default", handle.object_name),
+            body={"spec": {"activeDeadlineSeconds": 1}},
+            content_type="application/merge-patch+json",
+            what="shorten the walltime",
+            kind=JOBS,
+            verb="patch",
+        )
+        result = await handle.wait(30)
+        await wait_until(lambda: cluster.get("pods", pod) is None)
+        assert await handle.logs() == "step 1 of 100 done\n\nstep 2 of 100 done\n"
+    assert result.reason == "DeadlineExceeded"
+    assert result.log_file is not None
+    text = await asyncio.to_thread(Path(result.log_file).read_text)
+    assert text == "step 1 of 100 done\n\nstep 2 of 100 done\n"
