@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, NotFound
@@ -228,7 +228,10 @@ class KubernetesBackend:
     ``ClientOptions``: qps, burst, max_writes, timeout, watch_idle, retries, ...).
     ``watch_stats`` counts watch reconnects and relists by reason. ``follow_logs`` is how
     many running pods' logs are followed at once into ``log_dir`` (0: none), so that the
-    log of a pod deleted at its walltime or evicted is kept (see ``kube/logkeep.py``).
+    log of a pod deleted at its walltime or evicted is kept (see ``kube/logkeep.py``);
+    ``keep_logs`` says whose: "walltime" (the default: the pods of steps with a walltime,
+    which the job controller deletes when it runs out) or "all" (every running pod, one
+    follow request per pod: a per-step read that a study of many steps pays).
     """
 
     kind = "kubernetes"
@@ -245,10 +248,14 @@ class KubernetesBackend:
         relist_interval: float | None = 900.0,
         config: ClusterConfig | None = None,
         follow_logs: int = 32,
+        keep_logs: Literal["walltime", "all"] = "walltime",
         **client_options: Any,
     ) -> None:
         self._namespace = namespace
         self.log_dir = Path(log_dir)
+        if keep_logs not in ("walltime", "all"):
+            raise ValueError(f'keep_logs must be "walltime" or "all" (not {keep_logs!r})')
+        self.keep_logs = keep_logs
         self.logkeeper = LogKeeper(self.log_dir, follow_logs)
         self.keep_failed = keep_failed
         self.pending_grace = pending_grace
@@ -421,6 +428,8 @@ class KubernetesBackend:
         handle = watch.handles.get(job)
         pod = change.obj
         if handle is None or pod is None or (pod.get("status") or {}).get("phase") != "Running":
+            return
+        if self.keep_logs == "walltime" and not _has_walltime(watch.jobs.cache.objects.get(job)):
             return
         where = (handle.study, handle.name, self._run_of(handle))
         self.logkeeper.follow(self.client, watch.namespace, where, change.name, MAIN_CONTAINER)
@@ -664,3 +673,8 @@ async def _first_change(handle: StepHandle) -> None:
     callback: Callable[[StepHandle], None] = lambda _h: changed.set()  # noqa: E731
     handle.add_listener(callback)
     await changed.wait()
+
+
+def _has_walltime(job: dict[str, Any] | None) -> bool:
+    """Return whether a cached Job has a walltime (its pods are deleted when it runs out)."""
+    return bool(job and (job.get("spec") or {}).get("activeDeadlineSeconds"))

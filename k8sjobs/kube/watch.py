@@ -106,7 +106,7 @@ _KEEP_ANNOTATIONS = (
     "k8sjobs.io/failed-outputs",
 )
 # Spec fields read after submission: suspension, and the rules that name a failure's cause.
-_KEEP_SPEC = ("successPolicy", "podFailurePolicy")
+_KEEP_SPEC = ("successPolicy", "podFailurePolicy", "activeDeadlineSeconds")
 
 
 # Status fields no verdict reads: dropped from the cached copies (a cached pod and Job cost the

@@ -122,3 +122,25 @@ async def test_a_step_killed_by_its_walltime_keeps_its_log(
     assert result.log_file is not None
     text = await asyncio.to_thread(Path(result.log_file).read_text)
     assert text == "step 1 of 100 done\n\nstep 2 of 100 done\n"
+
+
+def _log_follows(cluster: FakeCluster) -> int:
+    return sum(
+        v
+        for k, v in cluster.requests.counts.items()
+        if (k.resource, k.subresource) == ("pods", "log")
+    )
+
+
+async def test_only_steps_with_a_walltime_have_their_logs_followed_unless_all_are_asked(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    # A follow is one request per pod: by default only the pods the job controller deletes
+    # at their walltime pay it, so a study of many steps keeps its bill of no per-step reads.
+    async with session(cluster, tmp_path) as s:
+        result = await (await s.submit(step("plain", duration=0.5))).wait(30)
+    assert result.ok and _log_follows(cluster) == 0
+    async with session(cluster, tmp_path, study="t", keep_logs="all") as s:
+        result = await (await s.submit(step("plain", duration=0.5))).wait(30)
+    assert result.ok
+    await wait_until(lambda: _log_follows(cluster) >= 1, "a follow of the step's log")
