@@ -295,6 +295,12 @@ class _PodRun:
             self.status.terminated(name, START_ERROR_EXIT, "StartError", str(error), EPOCH)
             self.status.report()
             return START_ERROR_EXIT
+        except asyncio.CancelledError:
+            # Cancelled while its keeper was starting it: spawn stopped the whole tree, so it
+            # ended as a container killed by SIGTERM does (without this it stayed "running").
+            self.status.terminated(name, 143, "Error", None, now())
+            self.status.report()
+            raise
         started = now()
         self.status.running(name, pid, started)
         self.status.report()
