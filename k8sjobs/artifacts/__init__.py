@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import typing as _typing
-from importlib import import_module as _import_module
 
+from .._lazy import lazy_exports as _lazy_exports
 from ..errors import (
     ArtifactNotFound,
     AuthenticationError,
@@ -61,18 +61,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    """Import a public name from its module on first use, and keep it here."""
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_import_module(_HOMES[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names too, before their first use."""
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = _lazy_exports(__name__, _HOMES)
 
 
 __all__ = [
