@@ -6,10 +6,10 @@ import asyncio
 import functools
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 from urllib.parse import quote, urlencode, urljoin
 
 import aiohttp
@@ -55,6 +55,7 @@ from ._streams import (
 )
 from ._tarball import ArchiveInfo
 
+T = TypeVar("T")
 READ_CHUNK = 2 * 1024 * 1024
 # Bodies at least this large are received on threads (see take_body); smaller ones are not
 # worth the extra threads.
@@ -265,11 +266,12 @@ class Registry(_transfer.StoreFront):
         reader = await anyio.to_thread.run_sync(HashingReader, path)
         try:
             if size <= self.monolithic_limit and known:
-                return await self._put_final(ref, url, known, reader, size, sent, what)
+                body = functools.partial(self._body, reader, size, sent)
+                return await self._put_final(ref, url, known, what, body, size)
             url = await self._patch_chunks(
                 ref, url, size, lambda offset, n: self._body(reader, n, sent), what
             )
-            return await self._put_final(ref, url, known or reader.digest, None, 0, sent, what)
+            return await self._put_final(ref, url, known or reader.digest, what)
         finally:
             await anyio.to_thread.run_sync(reader.close)
 
@@ -301,7 +303,7 @@ class Registry(_transfer.StoreFront):
                 await asyncio.wait([hashing])
         if hashed != size or digest is None:
             raise RegistryError(f"{what}: the file changed while it was being uploaded.")
-        return await self._put_final(ref, url, digest, None, 0, sent, what)
+        return await self._put_final(ref, url, digest, what)
 
     async def _patch(
         self, ref: Reference, url: str, headers: dict[str, str], body: BodyFactory, what: str
@@ -353,13 +355,13 @@ class Registry(_transfer.StoreFront):
         ref: Reference,
         url: str,
         digest: str,
-        reader: HashingReader | None,
-        size: int,
-        sent: _transfer.BytesCallback,
         what: str,
+        body: BodyFactory | None = None,
+        size: int = 0,
     ) -> str:
+        """Finish an upload, sending its last ``size`` bytes (``body``) if any. Never repeated
+        alone: once applied, the session is spent (see _retry_upload)."""
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-        body = (lambda: self._body(reader, size, sent)) if reader is not None and size else None
         resp = await self._send(
             "PUT",
             ref,
@@ -367,7 +369,7 @@ class Registry(_transfer.StoreFront):
             what,
             scope=self._scope(ref, True),
             headers=headers,
-            body=body,
+            body=body if size else None,
             ok=(201,),
             idempotent=False,
         )
@@ -393,16 +395,22 @@ class Registry(_transfer.StoreFront):
         if known is not None and await self.has_blob(ref, known[0]):
             return known
         count = _transfer.AttemptBytes(sent)
+        hashed = known
 
         async def attempt() -> str:
             count.restart()
             return await self._upload_once(
-                ref, path, st.st_size, known[0] if known else None, count
+                ref, path, st.st_size, hashed[0] if hashed else None, count
             )
 
-        digest = await with_retries(
-            attempt, self._transport.retry, f"Uploading {path.name} to {ref}"
-        )
+        async def stored() -> str | None:
+            # A large file is hashed while it streams; before sending it again, hash it
+            # alone, which the retry needs anyway and which HEAD needs.
+            nonlocal hashed
+            hashed = hashed or await self.cache.file_digest(path)
+            return hashed[0] if await self.has_blob(ref, hashed[0]) else None
+
+        digest = await self._retry_upload(attempt, stored, f"Uploading {path.name} to {ref}")
         if known is None:
             await anyio.to_thread.run_sync(self.cache.remember_file, path, st, digest, started_ns)
         return digest, st.st_size
@@ -417,8 +425,10 @@ class Registry(_transfer.StoreFront):
         """
         what = f"Uploading an archive to {ref}"
         count = _transfer.AttemptBytes(sent)
+        made: ArchiveInfo | None = None
 
         async def attempt() -> ArchiveInfo:
+            nonlocal made
             count.restart()
             pipe = ArchivePipe()
             producer = asyncio.get_running_loop().run_in_executor(None, pipe.run, produce)
@@ -428,8 +438,8 @@ class Registry(_transfer.StoreFront):
                 url = await self._patch(
                     ref, url, headers, lambda: self._pipe_body(pipe, count), what
                 )
-                info = await producer
-                await self._put_final(ref, url, info.digest, None, 0, count, what)
+                made = info = await producer
+                await self._put_final(ref, url, info.digest, what)
                 return info
             finally:
                 pipe.cancel()
@@ -437,7 +447,34 @@ class Registry(_transfer.StoreFront):
                 if not producer.cancelled():
                     producer.exception()  # retrieved: the error that matters is raised above
 
-        return await with_retries(attempt, self._transport.retry, what)
+        async def stored() -> ArchiveInfo | None:
+            return made if made is not None and await self.has_blob(ref, made.digest) else None
+
+        return await self._retry_upload(attempt, stored, what)
+
+    async def _retry_upload(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        stored: Callable[[], Awaitable[T | None]],
+        what: str,
+    ) -> T:
+        """Run an upload ``attempt`` until it succeeds, each in an upload session of its own.
+
+        An upload session is spent once its final PUT is applied; when only the reply to that
+        PUT was lost, the same PUT again would answer 404 though the blob is stored. So no
+        request of an upload is repeated alone: a retry asks ``stored()`` first (HEAD), and
+        uploads again from a fresh session only when the blob is not there.
+        """
+        tried = False
+
+        async def once() -> T:
+            nonlocal tried
+            if tried and (done := await stored()) is not None:
+                return done
+            tried = True
+            return await attempt()
+
+        return await with_retries(once, self._transport.retry, what)
 
     @staticmethod
     async def _pipe_body(
@@ -451,20 +488,16 @@ class Registry(_transfer.StoreFront):
     async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
         """Upload a small in-memory blob (the empty config)."""
         what = f"Uploading config blob to {ref}"
-        url = await self._start_upload(ref, what)
-        headers = {"Content-Type": "application/octet-stream"}
-        resp = await self._send(
-            "PUT",
-            ref,
-            self._with_query(url, digest=digest),
-            what,
-            scope=self._scope(ref, True),
-            headers=headers,
-            body=lambda: data,
-            ok=(201,),
-            idempotent=True,
-        )
-        resp.release()
+
+        async def attempt() -> bool:
+            url = await self._start_upload(ref, what)
+            await self._put_final(ref, url, digest, what, lambda: data, len(data))
+            return True
+
+        async def stored() -> bool | None:
+            return await self.has_blob(ref, digest) or None
+
+        await self._retry_upload(attempt, stored, what)
 
     async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str:
         """Store a manifest under ``ref``'s tag (or digest); return its digest."""
@@ -653,16 +686,29 @@ class Registry(_transfer.StoreFront):
         """Delete the manifest ``reference`` names (and so every tag pointing to it)."""
         ref = self._ref(reference)
         digest = ref.digest or await self.resolve(reference)
-        resp = await self._send(
-            "DELETE",
-            ref,
-            self._url(ref, f"manifests/{quote(digest)}"),
-            f"Deleting {ref}",
-            scope=f"repository:{ref.repository}:delete,pull,push",
-            ok=(202, 200),
-            idempotent=True,
-        )
-        resp.release()
+        what = f"Deleting {ref}"
+        tried = False
+
+        async def attempt() -> None:
+            nonlocal tried
+            retry, tried = tried, True
+            try:
+                resp = await self._send(
+                    "DELETE",
+                    ref,
+                    self._url(ref, f"manifests/{quote(digest)}"),
+                    what,
+                    scope=f"repository:{ref.repository}:delete,pull,push",
+                    ok=(202, 200),
+                    idempotent=False,  # retried below, where a 404 means done
+                )
+            except ArtifactNotFound:
+                if retry:
+                    return  # an earlier attempt deleted it; only its reply was lost
+                raise
+            resp.release()
+
+        await with_retries(attempt, self._transport.retry, what)
 
     async def copy(self, source: str, destination: str) -> str:
         """Copy an artifact to another reference (same or other repository or registry)."""

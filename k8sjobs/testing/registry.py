@@ -7,8 +7,8 @@ session-scoped pytest fixtures can share one process across event loops; ``runni
 is the async context manager for code that lives inside an event loop.
 
 ``FaultProxy`` sits between a client and the registry and injects faults per request:
-a connection dropped mid-upload, a 5xx status, or a stall, so tests can show that retries
-neither corrupt nor lose data.
+a connection dropped mid-upload, a 5xx status, a stall, or a reply lost after the registry
+applied the request, so tests can show that retries neither corrupt nor lose data.
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ class _TokenServer:
         return Handler
 
 
-FaultKind = Literal["drop", "status", "stall"]
+FaultKind = Literal["drop", "status", "stall", "lose_reply"]
 
 
 @dataclass
@@ -340,7 +340,10 @@ class Fault:
 
     ``drop`` closes the connection after ``after_bytes`` of the request body (mid-upload);
     ``status`` answers with ``status`` without forwarding; ``stall`` holds the request
-    for ``stall_seconds`` and then closes the connection.
+    for ``stall_seconds`` and then closes the connection; ``lose_reply`` forwards the whole
+    request to the registry, reads its answer, and closes the connection without replying
+    (the request took effect, the client cannot know). The first ``skip`` matching requests
+    pass untouched, so a test can aim at the n-th request of an operation.
     """
 
     kind: FaultKind
@@ -350,6 +353,7 @@ class Fault:
     after_bytes: int = 0
     status: int = 503
     stall_seconds: float = 30.0
+    skip: int = 0
 
     def matches(self, method: str, path: str) -> bool:
         return (
@@ -357,6 +361,14 @@ class Fault:
             and self.method in ("*", method)
             and re.search(self.path_pattern, path) is not None
         )
+
+    def take(self) -> bool:
+        """Count one matching request; return True when the fault fires on it."""
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        self.times -= 1
+        return True
 
 
 class FaultProxy:
@@ -400,8 +412,7 @@ class FaultProxy:
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:
-            if fault.matches(method, path):
-                fault.times -= 1
+            if fault.matches(method, path) and fault.take():
                 return fault
         return None
 
@@ -415,6 +426,11 @@ class FaultProxy:
             assert request.transport is not None
             request.transport.close()
             raise ConnectionResetError("stalled")
+        if fault is not None and fault.kind == "lose_reply":
+            await self._forward(request, self._body(request, None), reply=False)
+            assert request.transport is not None
+            request.transport.abort()
+            raise ConnectionResetError("injected lost reply")
         body = self._body(request, fault)
         return await self._forward(request, body)
 
@@ -429,8 +445,11 @@ class FaultProxy:
             yield chunk
 
     async def _forward(
-        self, request: web.Request, body: AsyncIterator[bytes]
+        self, request: web.Request, body: AsyncIterator[bytes], *, reply: bool = True
     ) -> web.StreamResponse:
+        """Send the request on to the registry and stream its answer back; with ``reply``
+        False, read the registry's whole answer (so it has surely applied the request)
+        and send nothing back."""
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in self._HOP_HEADERS}
         if request.content_length is not None:
@@ -443,6 +462,9 @@ class FaultProxy:
             data=data,
             allow_redirects=False,
         ) as upstream:
+            if not reply:
+                await upstream.read()
+                return web.StreamResponse(status=upstream.status)
             response = web.StreamResponse(status=upstream.status)
             for key, value in upstream.headers.items():
                 if key.lower() not in self._HOP_HEADERS:

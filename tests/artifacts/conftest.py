@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from k8sjobs.artifacts import DigestCache, Registry
 from k8sjobs.artifacts._http import Timeouts
 from k8sjobs.testing.registry import (
     REGISTRY_BINARY,
+    FaultProxy,
     RegistryServer,
     registry_available,
     registry_process,
@@ -54,6 +55,13 @@ def tls_registry() -> Iterator[RegistryServer]:
 @pytest.fixture(scope="session")
 def token_registry() -> Iterator[RegistryServer]:
     yield from _server(auth="token")
+
+
+@pytest.fixture
+async def proxy(plain_registry: RegistryServer) -> AsyncIterator[FaultProxy]:
+    """A FaultProxy in front of the shared plain registry, with no faults until injected."""
+    async with FaultProxy(plain_registry.url) as p:
+        yield p
 
 
 @pytest.fixture

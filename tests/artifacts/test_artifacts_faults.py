@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from k8sjobs.artifacts import DigestCache, Registry, RegistryUnavailable, Timeouts
-from k8sjobs.testing.registry import Fault, FaultProxy, RegistryServer
+from k8sjobs.testing.registry import Fault, FaultProxy
 
 from .artifact_helpers import FAST_RETRY, make_tree, same_tree
-
-
-@pytest.fixture
-async def proxy(plain_registry: RegistryServer) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy(plain_registry.url) as p:
-        yield p
 
 
 def _store(proxy: FaultProxy, tmp_path: Path) -> Registry:
