@@ -41,9 +41,10 @@ Open MPI 4 ``OMPI_MCA_orte_default_hostfile``, ``OMPI_MCA_plm_rsh_args``,
 ``OMPI_MCA_orte_keep_fqdn_hostnames=true``, ``OMPI_MCA_plm_rsh_no_tree_spawn=1``; Open MPI 5
 the ``PRTE_MCA_prte_default_hostfile``, ``PRTE_MCA_plm_ssh_args``,
 ``PRTE_MCA_prte_keep_fqdn_hostnames``, ``PRTE_MCA_plm_ssh_no_tree_spawn`` equivalents;
-MPICH ``HYDRA_HOST_FILE`` and ``HYDRA_LAUNCH_EXTRA_ARGS``; Intel MPI ``I_MPI_HYDRA_HOST_FILE``
-and ``I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS``. The ssh arguments are ``SSH_ARGS`` (port
-2222, the identity, connection attempts, no host-key prompts). The remote-shell *agent*
+MPICH ``HYDRA_HOST_FILE`` and ``HYDRA_LAUNCHER_EXTRA_ARGS``; Intel MPI
+``I_MPI_HYDRA_HOST_FILE``, ``I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS`` and ``I_MPI_PERHOST``.
+The ssh arguments are ``SSH_ARGS`` (port 2222, the identity, connection attempts, no
+host-key prompts). The remote-shell *agent*
 variables (``OMPI_MCA_plm_rsh_agent``, ``PRTE_MCA_plm_ssh_agent``, ``HYDRA_LAUNCHER_EXEC``,
 ``I_MPI_HYDRA_BOOTSTRAP_EXEC``) are never set here: the local backend sets them to its own
 agent, which starts the remote command inside the target index's environment.
@@ -61,8 +62,9 @@ which ``judge()`` reports as the reason. A worker whose image cannot serve sshd 
 ``WorkerSetupFailed: ...``. On a worker, ``$K8SJOBS_WORKER_SERVE`` (when set) is run
 instead of sshd.
 
-``$(LAUNCHER)`` expands to ``mpirun -np {procs} --hostfile {hostfile}`` (Open MPI) or
-``mpiexec -n {procs} -f {hostfile}`` (MPICH, Intel MPI) with the call's counts, where
+``$(LAUNCHER)`` expands to ``mpirun -np {procs} --hostfile {hostfile}`` (Open MPI),
+``mpiexec -n {procs} -f {hostfile}`` (MPICH) or ``mpiexec -n {procs} -ppn {procs_per_node}
+-f {hostfile}`` (Intel MPI) with the call's counts, where
 ``{hostfile}`` is ``"$K8SJOBS_HOSTFILE"`` (the script names its surroundings by variables, so
 that the local runner's path translation reaches them too), unless the
 step gives its own ``launcher`` template. ``launch: none`` keeps every index running the
@@ -108,7 +110,9 @@ SSHD_CONFIG_KEY = "sshd_config"
 _TEMPLATES = {
     "openmpi": "mpirun -np {procs} --hostfile {hostfile}",
     "mpich": "mpiexec -n {procs} -f {hostfile}",
-    "intel": "mpiexec -n {procs} -f {hostfile}",
+    # Intel MPI fills the first host's cores before the next unless told -ppn (its
+    # Developer Guide, "Running an MPI Program"); MPICH's Hydra reads "host:n" itself.
+    "intel": "mpiexec -n {procs} -ppn {procs_per_node} -f {hostfile}",
 }
 
 # The wrapper never splices user text: hosts, paths and limits arrive as environment
@@ -229,10 +233,14 @@ def launcher_env(step: Step, name: str, namespace: str, config_dir: str) -> list
             ("PRTE_MCA_prte_keep_fqdn_hostnames", "1"),
             ("PRTE_MCA_plm_ssh_no_tree_spawn", "1"),
         ],
-        "mpich": [("HYDRA_HOST_FILE", path), ("HYDRA_LAUNCH_EXTRA_ARGS", args)],
+        # Hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; the MPI Operator's HYDRA_LAUNCH_EXTRA_ARGS
+        # is read by no MPICH (its images get port 2222 from ssh_config instead).
+        "mpich": [("HYDRA_HOST_FILE", path), ("HYDRA_LAUNCHER_EXTRA_ARGS", args)],
         "intel": [
             ("I_MPI_HYDRA_HOST_FILE", path),
             ("I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", args),
+            # Ranks per host for an mpiexec without -ppn (the MPI Operator sets it too).
+            ("I_MPI_PERHOST", str(step.resources.tasks_per_node)),
         ],
     }
     workers = hosts(name, namespace, step.resources.nodes)[1:]

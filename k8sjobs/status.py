@@ -205,7 +205,9 @@ def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:
 
     Any failed index fails the Job at once, and the job controller then stops the rest, so
     several pods end Failed; the one to blame ended first. On a tie (one second apart at
-    most) a launcher that exited by itself is blamed, a pod that was deleted is not.
+    most) a worker that died by itself is blamed, then a launcher that exited by itself, a
+    pod that was deleted last: a launcher's MPI gives up within that second when a node is
+    lost (MPICH's Hydra does), while a worker's sshd never ends because the launcher did.
     """
     culprit = min(failed_pods, key=_blame_order)
     index = _pod_index(culprit)
@@ -233,9 +235,9 @@ def _blame_order(pod: Obj) -> tuple[str, int, int]:
     main = _terminated(_main(pod)) or {}
     index = _pod_index(pod)
     stopped = _stopped(pod)
-    # Within one second: a launcher that exited on its own, then workers, then pods that
-    # were deleted, the launcher last: the job controller stops it for the others.
-    rank = 2 * stopped + (index > 0 if not stopped else index <= 0)
+    # Within one second: a worker that died, then a launcher that exited on its own, then
+    # pods that were deleted, the launcher last: the job controller stops it for the others.
+    rank = 2 * stopped + (index <= 0)
     return str(main.get("finishedAt") or "~"), rank, index
 
 

@@ -61,7 +61,7 @@ def test_launched_objects_validate_for_each_mpi(mpi: str, security: str) -> None
     [
         ("openmpi", "{h} slots=4", 'mpirun -np {n} --hostfile "$K8SJOBS_HOSTFILE"'),
         ("mpich", "{h}:4", 'mpiexec -n {n} -f "$K8SJOBS_HOSTFILE"'),
-        ("intel", "{h}:4", 'mpiexec -n {n} -f "$K8SJOBS_HOSTFILE"'),
+        ("intel", "{h}:4", 'mpiexec -n {n} -ppn {p} -f "$K8SJOBS_HOSTFILE"'),
     ],
 )
 def test_hostfile_and_launcher_command_per_mpi(mpi: str, line: str, command: str) -> None:
@@ -70,7 +70,7 @@ def test_hostfile_and_launcher_command_per_mpi(mpi: str, line: str, command: str
     hosts = [f"{m.name}-{i}.{m.name}.lab.svc" for i in range(3)]
     assert data["hostfile"] == "".join(line.format(h=h) + "\n" for h in hosts)
     assert m.service is not None and m.service["metadata"]["name"] == m.name
-    expected = f"{command.format(n=12)} ./a.out\n{command.format(n=2)} ./b"
+    expected = f"{command.format(n=12, p=4)} ./a.out\n{command.format(n=2, p=2)} ./b"
     assert data["entrypoint"] == expected
 
 
@@ -86,7 +86,7 @@ def test_a_custom_launcher_template_is_kept_and_may_name_the_hostfile() -> None:
     [
         ("openmpi", "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args"),
         ("openmpi", "PRTE_MCA_prte_default_hostfile", "PRTE_MCA_plm_ssh_args"),
-        ("mpich", "HYDRA_HOST_FILE", "HYDRA_LAUNCH_EXTRA_ARGS"),
+        ("mpich", "HYDRA_HOST_FILE", "HYDRA_LAUNCHER_EXTRA_ARGS"),
         ("intel", "I_MPI_HYDRA_HOST_FILE", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"),
     ],
 )
@@ -101,6 +101,8 @@ def test_launcher_environment_per_mpi(mpi: str, hostfile_var: str, args_var: str
     assert env["K8SJOBS_SSH_ARGS"] == env[args_var]
     # The local backend sets the remote-shell agent; render never does.
     assert not set(AGENT_VARIABLES) & set(env)
+    if mpi == "intel":
+        assert env["I_MPI_PERHOST"] == "4"  # 12 tasks on 3 nodes
     if mpi == "openmpi":
         assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "true"
         assert env["PRTE_MCA_prte_keep_fqdn_hostnames"] == "1"

@@ -366,6 +366,14 @@ def test_a_worker_stopped_in_the_launchers_second_is_not_blamed() -> None:
     assert (result.reason, result.exit_code) == ("ExitCode", 2)
 
 
+def test_a_worker_that_died_in_the_launchers_second_is_blamed() -> None:
+    # MPICH's mpiexec exits 255 within the second its node's proxy is lost.
+    pods = [_indexed(0, 255, 4), _indexed(1, 137, 4)]
+    result = _judge(_launched(_MAX), *pods)
+    assert (result.reason, result.exit_code) == ("WorkerFailed", 137)
+    assert result.message.startswith("worker index 1 ")
+
+
 def test_a_stopped_launcher_in_the_workers_second_is_not_blamed() -> None:
     pods = [_indexed(0, 143, 4), _indexed(1, 1, 4)]
     result = _judge(_launched(_MAX), *pods)

@@ -16,10 +16,13 @@ stands in for both ends of ssh:
   command can be stopped alone, and ending the worker pod ends it with the rest of the pod);
 - the **client** (``agent.py [ssh options] HOST COMMAND...``) is the remote shell ``mpirun``
   uses (``OMPI_MCA_plm_rsh_agent``, ``PRTE_MCA_plm_ssh_agent``, ``HYDRA_LAUNCHER_EXEC``,
-  ``I_MPI_HYDRA_BOOTSTRAP_EXEC``). It takes ssh's options and ignores them (``-p 2222``,
-  ``-o ...``, ``-i ...``, ``-x``), maps ``<job>-<i>[.<service>[.<namespace>[.svc...]]]`` to
-  that index's socket, relays stdin, stdout and stderr, and exits with the command's exit
-  code (255 when the host is unknown, unreachable or drops the connection, as ssh does).
+  ``I_MPI_HYDRA_BOOTSTRAP_EXEC``). It takes ssh's options and ignores them (``-o ...``,
+  ``-i ...``, ``-x``) but the port: as on a cluster, only 2222 reaches a worker (``-p 2222``
+  or ``-o Port=2222``; without either, ssh tries 22 and is refused), so an MPI that was not
+  handed the step's ssh arguments fails here as it would there. It maps
+  ``<job>-<i>[.<service>[.<namespace>[.svc...]]]`` to that index's socket, relays stdin,
+  stdout and stderr, and exits with the command's exit code (255 when the host is unknown,
+  unreachable or drops the connection, as ssh does).
   When the client goes away before the command ends, the server stops the command (SIGTERM,
   SIGKILL two seconds later). A command for the client's own pod (its hostname, or
   ``localhost``) runs in place, as mpirun would on its own node;
@@ -71,11 +74,13 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 __all__ = [
     "AGENT_FILE",
+    "SSHD_PORT",
     "TERMINATION_LOG",
+    "SshCall",
     "main",
     "parse_ssh",
     "pod_env",
@@ -98,6 +103,10 @@ _HEADER = struct.Struct(">cI")
 _CHUNK = 65536
 _STOP_GRACE = 2.0
 _UNREACHABLE = 255
+#: The port workers' sshd listens on (k8sjobs.multinode.SSH_PORT; this file imports no
+#: k8sjobs) and the one ssh uses unless told.
+SSHD_PORT = 2222
+_SSH_DEFAULT_PORT = 22
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 _SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes; longer paths go through /proc/self/fd
 
@@ -233,10 +242,17 @@ class _Unreachable(Exception):
     """The host is unknown or does not answer: ssh's exit code 255, with its message."""
 
 
-def _connect(path: str, host: str) -> socket.socket:
+def _connect(path: str, host: str, port: int = SSHD_PORT) -> socket.socket:
     """Return a connection to a server's socket, or raise _Unreachable as ssh words it."""
     if not os.path.exists(path):
         raise _Unreachable(f"ssh: Could not resolve hostname {host}: Name or service not known")
+    if port != SSHD_PORT:
+        # What ssh meets in a cluster, where nothing else listens: the MPI was not given
+        # the step's ssh arguments (a misnamed variable, or the user's env replaced them).
+        raise _Unreachable(
+            f"ssh: connect to host {host} port {port}: Connection refused "
+            f"(k8sjobs: workers' sshd listens on port {SSHD_PORT} only)"
+        )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with _short_path(path) as address:
@@ -277,29 +293,62 @@ def _target(host: str) -> str | None:
     return socket_path(directory, target_namespace, hostname)
 
 
-def parse_ssh(argv: list[str]) -> tuple[str, list[str]]:
-    """Return (host, command words) from an ssh command line, its options ignored."""
+class SshCall(NamedTuple):
+    """What an ssh command line asks for: the host, the command words, the port."""
+
+    host: str
+    words: list[str]
+    port: int
+
+
+def parse_ssh(argv: list[str]) -> SshCall:
+    """Return the host, command words and port of an ssh command line.
+
+    The port is what ssh would connect to: the first ``-p N`` or ``-o Port=N``, else 22
+    (no ssh_config is read: the wiring must not depend on the image's). Other options
+    are taken and ignored.
+    """
     words = list(argv)
+    port: int | None = None
     while words and words[0].startswith("-") and words[0] != "-":
         option = words.pop(0)
         if option == "--":
             break
-        # "-p2222" carries its argument; "-p 2222" takes the next word.
-        if option[-1] in _SSH_ARGUMENT_OPTIONS and len(option) == 2 and words:
-            words.pop(0)
+        # As getopt reads them: "-xp2222" and "-xp 2222" are -x, then -p with 2222.
+        for at, flag in enumerate(option[1:], start=2):
+            if flag not in _SSH_ARGUMENT_OPTIONS:
+                continue
+            value = option[at:] or (words.pop(0) if words else "")
+            if port is None:  # ssh keeps the first value it is given
+                port = _port_option(flag, value)
+            break
     if not words:
         raise _Unreachable("usage: k8sjobs-rsh [ssh options] HOST [COMMAND...]")
-    return words[0], words[1:]
+    return SshCall(words[0], words[1:], _SSH_DEFAULT_PORT if port is None else port)
 
 
-def _run_remote(host: str, command: str) -> int:
+def _port_option(flag: str, value: str) -> int | None:
+    """Return the port ``-p VALUE`` or ``-o Port=VALUE`` sets, else None."""
+    if flag == "o":
+        key, _, value = value.replace("=", " ", 1).partition(" ")
+        if key.lower() != "port":
+            return None
+    elif flag != "p":
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise _Unreachable(f"Bad port '{value.strip()}'") from None
+
+
+def _run_remote(host: str, command: str, port: int) -> int:
     """Run ``command`` on ``host`` through its server; return its exit code."""
     path = _target(host)
     if path is None:  # this pod: run it here, as mpirun does on its own node
         home = os.environ.get("HOME") or "/"
         os.chdir(home if os.path.isdir(home) else "/")
         os.execv("/bin/sh", ["/bin/sh", "-c", command or "exec $SHELL"])
-    sock = _connect(path, host)
+    sock = _connect(path, host, port)
     request = {"command": command, "sandbox": os.environ.get("K8SJOBS_AGENT_SANDBOX", "")}
     lock = threading.Lock()
     sock.sendall(_frame(_REQUEST, json.dumps(request).encode()))
@@ -524,9 +573,9 @@ def main(argv: list[str]) -> int:
             return _check(argv[1])
         if argv[:1] == ["--rank"] and len(argv) > 1:
             _exec_rank(argv[1:])
-        host, words = parse_ssh(argv)
+        call = parse_ssh(argv)
         # ssh joins the words with spaces and lets the remote shell parse them.
-        return _run_remote(host, " ".join(words))
+        return _run_remote(call.host, " ".join(call.words), call.port)
     except _Unreachable as error:
         print(error, file=sys.stderr)
         return _UNREACHABLE

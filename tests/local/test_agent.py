@@ -123,7 +123,7 @@ async def test_paths_into_the_launcher_sandbox_become_the_worker_own(worker: Wor
     launcher = worker.runner.sandbox("default", "job-0-abcde")
     target = worker.runner.sandbox("default", "job-1-abcde")
     # mpirun passes paths from its own environment: $W is index 0's /work, here.
-    code, out, _ = await worker.ssh("job-1.job", f"echo {launcher}/volumes/work/x")
+    code, out, _ = await worker.ssh("-p2222", "job-1.job", f"echo {launcher}/volumes/work/x")
     assert (code, out) == (0, f"{target}/volumes/work/x\n")
 
 
@@ -150,6 +150,7 @@ async def test_a_command_stops_when_its_client_goes(worker: Worker, tmp_path: Pa
     env = worker.launcher_env()
     client = await asyncio.create_subprocess_exec(
         env["OMPI_MCA_plm_rsh_agent"],
+        "-oPort=2222",
         "job-1",
         f"echo $$ > {pid_file}; exec sleep 600",
         env=env,
@@ -217,6 +218,11 @@ def test_a_host_name_resolves_to_its_pod_and_namespace(
             [
                 ["-p", "2222"],
                 ["-p2222"],
+                ["-p", "22"],
+                ["-xp", "2200"],
+                ["-o", "Port=2222"],
+                ["-oPort=22"],
+                ["-o", "Port 2201"],
                 ["-x"],
                 ["-q"],
                 ["-o", "LogLevel=ERROR"],
@@ -232,9 +238,33 @@ def test_a_host_name_resolves_to_its_pod_and_namespace(
         max_size=4,
     ),
 )
-def test_ssh_options_are_taken_and_ignored(options: list[list[str]], words: list[str]) -> None:
+def test_ssh_options_are_taken_and_the_first_port_kept(
+    options: list[list[str]], words: list[str]
+) -> None:
     argv = [word for option in options for word in option]
-    assert agent.parse_ssh([*argv, "job-1.job", *words]) == ("job-1.job", words)
+    ports = [port for option in options for port in [_port_of(option)] if port is not None]
+    expected = ports[0] if ports else 22  # ssh keeps the first; its default is 22
+    assert agent.parse_ssh([*argv, "job-1.job", *words]) == ("job-1.job", words, expected)
+
+
+def _port_of(option: list[str]) -> int | None:
+    """Return the port one ssh option sets (the test's own reading of ssh(1))."""
+    text = "".join(option).replace("=", "").replace(" ", "")
+    for prefix in ("-xp", "-p", "-oPort"):
+        if text.startswith(prefix) and text[len(prefix) :].isdigit():
+            return int(text[len(prefix) :])
+    return None
+
+
+async def test_a_worker_is_refused_on_any_port_but_2222(worker: Worker) -> None:
+    # Without -p, ssh goes to port 22, where no worker listens: the MPI was not handed
+    # the step's ssh arguments, which on a cluster fails the same way.
+    for options in ([], ["-p", "22"], ["-o", "Port=2200", "-p", "2222"]):
+        code, out, err = await worker.ssh(*options, "job-1.job.default.svc", "echo reached")
+        assert (code, out) == (255, ""), options
+        assert "Connection refused" in err and "2222" in err
+    code, out, _ = await worker.ssh("-o", "Port 2222", "-p", "22", "job-1.job", "echo reached")
+    assert (code, out) == (0, "reached\n")
 
 
 def mode(path: Path) -> int:

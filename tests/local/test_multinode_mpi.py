@@ -39,7 +39,8 @@ int main(int argc, char **argv) {
     const char *index = getenv("JOB_COMPLETION_INDEX");
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
-    printf("rank %d size %d sum %d index %s cwd %s\n", rank, size, sum, index ? index : "-", cwd);
+    printf("rank %d size %d sum %d index %s ppid %d cwd %s\n", rank, size, sum, index ? index : "-",
+           (int)getppid(), cwd);
     fflush(stdout);
     const char *fail = getenv("FAIL_RANK");
     int code = fail && atoi(fail) == rank ? 3 : 0;
@@ -50,7 +51,9 @@ int main(int argc, char **argv) {
 """
 # Open MPI refuses to run as root unless told twice (CI runs the tests as root).
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-RANK_LINE = re.compile(r"^rank (\d+) size (\d+) sum (\d+) index (\d+) cwd (.*)$", re.MULTILINE)
+RANK_LINE = re.compile(
+    r"^rank (\d+) size (\d+) sum (\d+) index (\d+) ppid (\d+) cwd (.*)$", re.MULTILINE
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +95,7 @@ def directories(log: str) -> dict[int, set[str]]:
     """Return the working directories the ranks of each index printed."""
     found: dict[int, set[str]] = {}
     for match in RANK_LINE.finditer(log):
-        found.setdefault(int(match[4]), set()).add(match[5])
+        found.setdefault(int(match[4]), set()).add(match[6])
     return found
 
 

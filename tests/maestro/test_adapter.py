@@ -380,7 +380,7 @@ async def test_docs_python_example_runs(
     ("batch", "launch", "command"),
     [
         ({}, "ssh", 'mpirun -np 4 --hostfile "$K8SJOBS_HOSTFILE" ./sim'),
-        ({"mpi": "intel"}, "ssh", 'mpiexec -n 4 -f "$K8SJOBS_HOSTFILE" ./sim'),
+        ({"mpi": "intel"}, "ssh", 'mpiexec -n 4 -ppn 2 -f "$K8SJOBS_HOSTFILE" ./sim'),
         ({"steps": {"s": {"mpi": "mpich"}}}, "ssh", 'mpiexec -n 4 -f "$K8SJOBS_HOSTFILE"'),
         ({"steps": {"s": {"launch": "none"}}}, "none", "mpirun -np 4 --host ${KUBE_JOB_NAME}-0."),
     ],
