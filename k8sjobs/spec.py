@@ -722,6 +722,15 @@ class Step(_Model):
             raise _field_error("Step", broken[0], broken[1], None)
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _minicluster_counts_disruptions(cls, data: Any) -> Any:
+        # A MiniCluster's Job has no podFailurePolicy, so a disrupted pod spends a retry like
+        # any failed one: its steps' default says so, and an explicit "ignore" is refused.
+        if isinstance(data, dict) and data.get("target") == "minicluster":
+            data = {"disruptions": "count", **data}
+        return data
+
     @model_validator(mode="after")
     def _minicluster_fits(self) -> Step:
         if self.target == "minicluster":
@@ -799,6 +808,27 @@ def minicluster_problems(step: Step) -> list[tuple[str, str]]:
         )
     if step.launch is not None:
         found.append(("launch", "Flux launches a target: minicluster step; leave launch unset"))
+    # k8sjobs renders these as the Job's podFailurePolicy; the operator makes its Job without.
+    for name in ("retry_on_exit_codes", "fail_on_exit_codes"):
+        if getattr(step, name):
+            found.append(
+                (
+                    name,
+                    f"the Flux Operator's Job has no podFailurePolicy, so a target: minicluster "
+                    f"step cannot carry {name} (every failure spends one of its retries); "
+                    "leave it unset, or use target: job (launch: ssh) for exit-code rules",
+                )
+            )
+    if step.disruptions == "ignore":
+        found.append(
+            (
+                "disruptions",
+                'the Flux Operator\'s Job has no podFailurePolicy, so "ignore" cannot be '
+                "carried: an evicted or preempted MiniCluster pod spends one of its retries "
+                'like any failure; leave disruptions unset (it is "count" for target: '
+                "minicluster), or use target: job",
+            )
+        )
     if len(step.image_pull_secrets) > 1:
         found.append(("image_pull_secrets", "a MiniCluster container takes one image pull secret"))
     if any(not word or any(ch.isspace() for ch in word) for word in step.argv):

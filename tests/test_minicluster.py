@@ -153,6 +153,9 @@ def test_secrets_go_by_reference() -> None:
         ({"launch": "ssh"}, "launch", "Flux launches"),
         ({"image_pull_secrets": ["a", "b"]}, "image_pull_secrets", "one image pull secret"),
         ({"queue": "q"}, "queue", "Kueue"),
+        ({"retries": 2, "retry_on_exit_codes": [75]}, "retry_on_exit_codes", "target: job"),
+        ({"fail_on_exit_codes": [2]}, "fail_on_exit_codes", "podFailurePolicy"),
+        ({"disruptions": "ignore"}, "disruptions", "leave disruptions unset"),
     ],
 )
 def test_what_a_minicluster_cannot_carry_is_refused_naming_the_field(
@@ -169,3 +172,13 @@ def test_retries_zero_still_gives_a_valid_backoff_limit() -> None:
     # The operator reads backoffLimit 0 as unset (then 100 retries).
     assert render(mpi_step(), Target()).job["spec"]["backoffLimit"] == 1
     assert render(mpi_step(retries=3), Target()).job["spec"]["backoffLimit"] == 3
+
+
+def test_a_minicluster_counts_disruptions_and_renders_no_failure_policy() -> None:
+    # The operator's Job has no podFailurePolicy: an evicted pod spends a retry, and the
+    # step says so instead of claiming the Job steps' default "ignore".
+    step = mpi_step()
+    assert step.disruptions == "count"
+    assert mpi_step(disruptions="count").disruptions == "count"
+    assert Step(name="j", script="true").disruptions == "ignore"
+    assert "podFailurePolicy" not in render(step, Target()).to_yaml()

@@ -197,7 +197,8 @@ class BatchSettings(_VolumesAndPlacement):
     service_account: str | None = None
     queue: str | None = None
     retries: int = Field(0, ge=0)
-    disruptions: Literal["ignore", "count"] = "ignore"
+    # None: the Step's default ("ignore"; "count" for target: minicluster, which has no other).
+    disruptions: Literal["ignore", "count"] | None = None
     retry_on_exit_codes: list[int] = []
     fail_on_exit_codes: list[int] = []
     push_outputs: Literal["on_success", "always"] = "on_success"
@@ -539,7 +540,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 ssh_dir=merged["ssh_dir"],
                 target=merged["target"],
                 flux_in_image=merged["flux_in_image"],
-                disruptions=merged["disruptions"],
+                **({"disruptions": merged["disruptions"]} if merged["disruptions"] else {}),
                 retry_on_exit_codes=merged["retry_on_exit_codes"],
                 fail_on_exit_codes=merged["fail_on_exit_codes"],
                 push_outputs=merged["push_outputs"],
