@@ -308,7 +308,9 @@ def _configmap(
 ) -> dict[str, Any]:
     name, namespace = str(meta["name"]), str(meta["namespace"])
     data = {"entrypoint": expand_launcher(step, name, namespace)}
-    if outputs:
+    if step.target == "minicluster" and (inputs or outputs):
+        data[minicluster.RUN_KEY] = minicluster.RUN_WRAPPER
+    elif outputs:
         data["run"] = RUN_WRAPPER
     if step.launch_mode == "ssh":
         data.update(multinode.config_data(step, name, namespace))
@@ -668,8 +670,27 @@ def _minicluster(step: Step, target: Target, meta: Mapping[str, Any]) -> dict[st
     env = _env(step, target, False) + _user_env(step, name, namespace)
     # Secret values reach the operator by reference (its "secrets"), not as env entries.
     env = [e for e in env if "value" in e]
+    handoff = None
+    if step.inputs or step.outputs:
+        # A Job pod's pull container's env, with the sidecar's directories (on the shared
+        # volume) in place of the step's; minicluster adds DOCKER_CONFIG with the Secret.
+        own = _handoff_container(step, target, name, "pull", False)["env"]
+        own += [{"name": k, "value": v} for k, v in minicluster.sidecar_env(HANDOFF_CONFIG).items()]
+        mine = {e["name"]: e for e in own if e["name"] != "DOCKER_CONFIG"}
+        handoff = minicluster.Handoff(
+            image=target.handoff_image,
+            env=list(mine.values()),
+            config=HANDOFF_CONFIG,
+            registry_secret=target.registry_secret,
+            auth_dir=AUTH_DIR,
+        )
     return minicluster.minicluster(
-        step, _meta(meta), env, entrypoint_dir=ENTRYPOINT_DIR, resources=_resources(step)
+        step,
+        _meta(meta),
+        env,
+        entrypoint_dir=ENTRYPOINT_DIR,
+        resources=_resources(step),
+        handoff=handoff,
     )
 
 

@@ -787,16 +787,6 @@ def minicluster_problems(step: Step) -> list[tuple[str, str]]:
     What its v1alpha2 API has no room for (see k8sjobs/minicluster.py, which renders it).
     """
     found: list[tuple[str, str]] = []
-    if step.inputs or step.outputs:
-        found.append(
-            (
-                "inputs" if step.inputs else "outputs",
-                "a MiniCluster pod has no room for k8sjobs' handoff containers (the Flux "
-                "Operator's API takes no init or extra containers), so a target: minicluster "
-                "step cannot read or write artifacts; hand them over in a target: job step "
-                "before or after it",
-            )
-        )
     if step.security == "restricted":
         found.append(
             (

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .failure import describe_rule, disruption, failed_rule
+from .minicluster import HANDOFF_CONTAINER
 from .multinode import is_launched
 from .render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
 from .state import StepResult, StepState
@@ -35,7 +36,7 @@ IMAGE_ERRORS = frozenset(
 )
 
 _PULL_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull"})
-_HANDOFF = frozenset({PULL_CONTAINER, PUSH_CONTAINER})
+_HANDOFF = frozenset({PULL_CONTAINER, PUSH_CONTAINER, HANDOFF_CONTAINER})
 # A cluster without access to the published handoff image (air-gapped, or a registry
 # allow-list) fails every step with artifacts: say how to fix that, not only what failed.
 _MIRROR_HINT = (
@@ -50,7 +51,7 @@ _POLICY_REASONS = frozenset({"DeadlineExceeded", "PodFailurePolicy", "MaxFailedI
 # Failures of a launched step that the whole step is to blame for, not one index.
 _WHOLE_JOB_REASONS = frozenset({"DeadlineExceeded"})
 # Termination messages the multi-node role wrapper writes ("Reason: sentence").
-_WRAPPER_REASONS = ("WorkersUnreachable", "WorkerSetupFailed")
+_WRAPPER_REASONS = ("WorkersUnreachable", "WorkerSetupFailed", "InputPullFailed")
 _INDEX = "batch.kubernetes.io/job-completion-index"
 
 Obj = Mapping[str, Any]
@@ -278,13 +279,15 @@ def pod_failure(pod: Obj) -> tuple[str, str, int | None]:
     said = str((main or {}).get("message") or "").strip()
     for known in _WRAPPER_REASONS:
         if said.startswith(f"{known}: "):
-            return known, said.removeprefix(f"{known}: "), _code(main)
+            # A MiniCluster's runner reports its sidecar's failed pull: the script never ran.
+            code = None if known == "InputPullFailed" else _code(main)
+            return known, said.removeprefix(f"{known}: "), code
     if main is not None and main.get("reason") == "OOMKilled":
         return "OOMKilled", "container step ran out of memory (OOMKilled)", _code(main)
     code = _code(main)
     if code is not None and code != 0:
         return "ExitCode", f"the script exited with code {code}", code
-    push = _terminated(_container(pod, PUSH_CONTAINER))
+    push = _terminated(_container(pod, PUSH_CONTAINER) or _container(pod, HANDOFF_CONTAINER))
     if code == 0 and push is not None and push.get("exitCode", 0) != 0:
         push_code = int(push["exitCode"])
         return (

@@ -148,8 +148,6 @@ def test_secrets_go_by_reference() -> None:
     ("fields", "loc", "words"),
     [
         ({"security": "restricted"}, "security", "restricted"),
-        ({"outputs": {"log": "log.txt"}}, "outputs", "artifacts"),
-        ({"inputs": {"data": "reg/x:1"}}, "inputs", "artifacts"),
         ({"launch": "ssh"}, "launch", "Flux launches"),
         ({"image_pull_secrets": ["a", "b"]}, "image_pull_secrets", "one image pull secret"),
         ({"queue": "q"}, "queue", "Kueue"),

@@ -59,9 +59,15 @@ def parse_challenge(header: str) -> Challenge:
 
 
 def docker_config_path() -> Path:
-    """Return the path of docker's config.json ($DOCKER_CONFIG wins over ~/.docker)."""
-    base = os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker")
-    return Path(base) / "config.json"
+    """Return the path of docker's config.json ($DOCKER_CONFIG wins over ~/.docker).
+
+    Without one, a ``.dockerconfigjson`` there: a dockerconfigjson Secret mounted whole (a
+    Flux Operator sidecar's, which cannot rename the key) holds the same document.
+    """
+    base = Path(os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"))
+    path = base / "config.json"
+    secret = base / ".dockerconfigjson"
+    return secret if not path.exists() and secret.exists() else path
 
 
 def _load_docker_config() -> dict[str, Any]:

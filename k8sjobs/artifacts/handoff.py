@@ -5,7 +5,9 @@ fails: as much of it as exists, annotated with the exit code, never under its ow
 
 ``python -m k8sjobs.handoff pull --config F`` runs as the init container;
 ``python -m k8sjobs.handoff push --config F`` runs beside the main container, waits for its
-exit-code marker, and pushes the declared outputs only when that code is 0. The config file
+exit-code marker, and pushes the declared outputs only when that code is 0.
+``python -m k8sjobs.handoff sidecar --config F`` does both from beside a MiniCluster's Flux
+runner, which has no init containers (``run_sidecar``, k8sjobs.minicluster). The config file
 (JSON, written by render.py)::
 
     {"store": "<location>", "plain_http": false, "ca_file": null,
@@ -50,6 +52,14 @@ if TYPE_CHECKING:
 
 
 EXIT_MARKER = "exitcode"
+#: The sidecar's marks for a MiniCluster's Flux runner (k8sjobs.minicluster.RUN_WRAPPER).
+READY_MARKER = "ready"
+PULL_FAILED_MARKER = "pull-failed"
+PATHS_DIR = "paths"
+#: Where a container that cannot pass arguments (a Flux Operator sidecar) gives them: the
+#: verb, and the config's path apart (a whole path, which a local runner translates).
+ARGS_ENV = "K8SJOBS_HANDOFF_ARGS"
+CONFIG_ENV = "K8SJOBS_HANDOFF_CONFIG"
 #: The annotation a failed step's pushed output carries: the script's exit code.
 ANNOTATION_EXIT_CODE = "k8sjobs.io/exit-code"
 OUTPUTS_FILE = "outputs.json"
@@ -335,6 +345,66 @@ async def run_pull(
     return 0
 
 
+def _prepare_shared(config: HandoffConfig, env: Mapping[str, str]) -> Path:
+    """Make the shared volume's directories and the outputs' path files; return the status dir.
+
+    Open to every user (the Flux runner's user is the image's, not the sidecar's). One file
+    per output holds its path, so the runner's shell reads any path as it is.
+    """
+    status_dir = _env_dir(env, "K8SJOBS_STATUS_DIR")
+    paths = status_dir / PATHS_DIR
+    for directory in (
+        _env_dir(env, "K8SJOBS_WORKDIR"),
+        _env_dir(env, "K8SJOBS_INPUTS"),
+        status_dir,
+        paths,
+    ):
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o777)
+    for name, output in config.outputs.items():
+        (paths / name).write_text(output.path)
+    return status_dir
+
+
+def _mark_pull_failed(env: Mapping[str, str]) -> None:
+    """Leave the pull-failed mark for the Flux runner (exit code 1, as the container's)."""
+    status = env.get("K8SJOBS_STATUS_DIR")
+    if status:
+        Path(status).mkdir(parents=True, exist_ok=True)
+        _mark(Path(status) / PULL_FAILED_MARKER, "1")
+
+
+def _mark(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def run_sidecar(
+    config: HandoffConfig,
+    timeout: float | None,
+    env: Mapping[str, str] = os.environ,
+    *,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    stores: StoreOpener = own_store,
+) -> int:
+    """Hand a MiniCluster step's artifacts over from beside its Flux runner.
+
+    On the lead pod (index 0): pull the inputs onto the shared volume and mark it ready (or
+    mark the pull failed, so the runner stops waiting), then push as ``run_push`` does once
+    the runner has left its exit code. The other pods have nothing to hand over.
+    """
+    index = env.get("JOB_COMPLETION_INDEX", "0")
+    if index != "0":
+        print(f"k8sjobs handoff: index {index}; the lead broker's pod hands over.", file=err)
+        return 0
+    status_dir = await asyncio.to_thread(_prepare_shared, config, env)
+    await run_pull(config, env, out=out, stores=stores)  # run_command marks a failure
+    await asyncio.to_thread(_mark, status_dir / READY_MARKER, "")
+    return await run_push(config, timeout, env, out=out, err=err, stores=stores)
+
+
 async def run_command(
     command: str,
     config_path: str | Path,
@@ -354,12 +424,21 @@ async def run_command(
         config = await asyncio.to_thread(load_config, config_path)
         if command == "pull":
             return await run_pull(config, env, out=out, stores=stores)
+        if command == "sidecar":
+            return await run_sidecar(config, timeout, env, out=out, err=err, stores=stores)
         return await run_push(
             config, timeout, env, out=out, err=err, stores=stores, exit_code=exit_code
         )
     except RegistryError as exc:
         print(f"k8sjobs handoff {command}: {exc}", file=err, flush=True)
+        if command == "sidecar":  # the Flux runner waits for the inputs: tell it
+            await asyncio.to_thread(_mark_pull_failed, env)
         return 1
+    except BaseException:
+        if command == "sidecar":  # a crash too, or the runner waits its whole bound
+            with contextlib.suppress(OSError):
+                await asyncio.shield(asyncio.to_thread(_mark_pull_failed, env))
+        raise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -375,11 +454,26 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument(
         "--timeout", type=float, default=None, help="seconds to wait for the exit marker"
     )
+    sidecar = sub.add_parser(
+        "sidecar", help="pull, mark the inputs ready, wait, push (a MiniCluster's lead pod)"
+    )
+    sidecar.add_argument("--config", required=True, help="path of the handoff JSON config")
+    sidecar.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for the exit marker"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the handoff command line; return its exit code (errors: one line on stderr)."""
+    """Run the handoff command line; return its exit code (errors: one line on stderr).
+
+    Without arguments, they come from $K8SJOBS_HANDOFF_ARGS (split at white space): a Flux
+    Operator container runs the image's entrypoint alone (k8sjobs.minicluster).
+    """
+    if argv is None and len(sys.argv) == 1 and os.environ.get(ARGS_ENV):
+        argv = os.environ[ARGS_ENV].split()
+        if os.environ.get(CONFIG_ENV):
+            argv += ["--config", os.environ[CONFIG_ENV]]
     args = build_parser().parse_args(argv)
     timeout = getattr(args, "timeout", None)
     try:

@@ -25,6 +25,7 @@ from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, NotFound
 from ..events import pod_event
 from ..handle import StepHandle
+from ..minicluster import HANDOFF_CONTAINER
 from ..names import label_value
 from ..render import (
     ANNOTATION_FAILED_OUTPUTS,
@@ -502,8 +503,11 @@ class KubernetesBackend:
     async def _pushed(self, handle: StepHandle, pods: list[dict[str, Any]]) -> dict[str, str]:
         """Return the digest references the push container printed as its last line."""
         for pod in _succeeded_first(pods):
+            # A MiniCluster's pod pushes from its handoff sidecar (k8sjobs.minicluster).
+            names = {c.get("name") for c in pod["status"].get("containerStatuses") or ()}
+            pusher = HANDOFF_CONTAINER if HANDOFF_CONTAINER in names else PUSH_CONTAINER
             try:
-                text = await self.client.log(handle.namespace, _name(pod), PUSH_CONTAINER, tail=5)
+                text = await self.client.log(handle.namespace, _name(pod), pusher, tail=5)
             except ApiError as exc:
                 log.info('Step "%s": output digests unreadable (%s); using tags', handle.name, exc)
                 continue

@@ -150,7 +150,9 @@ def slim(obj: Mapping[str, Any]) -> Obj:
     kept: Obj = {k: meta[k] for k in _KEEP_META if k in meta}
     labels = meta.get("labels") or {}
     kept["labels"] = {k: labels[k] for k in _KEEP_LABELS if k in labels}
-    annotations = meta.get("annotations") or {}
+    # A Flux Operator's Job carries no annotations; its pod template has the step's.
+    template = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    annotations = {**(template.get("annotations") or {}), **(meta.get("annotations") or {})}
     kept["annotations"] = {k: annotations[k] for k in _KEEP_ANNOTATIONS if k in annotations}
     owners = meta.get("ownerReferences") or []
     kept["ownerReferences"] = [{"kind": o.get("kind"), "name": o.get("name")} for o in owners]

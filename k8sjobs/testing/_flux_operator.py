@@ -155,7 +155,7 @@ def _job(cluster: Obj, done: str) -> Obj:
     for key in ("serviceAccountName", "nodeSelector", "tolerations"):
         if pod.get(key):
             pod_spec[key] = copy.deepcopy(pod[key])
-    _add_container(pod_spec, name, (spec.get("containers") or [{}])[0], done)
+    _add_containers(pod_spec, name, spec.get("containers") or [{}], done)
     template_meta: dict[str, Any] = {"labels": labels}
     if pod.get("annotations"):
         template_meta["annotations"] = dict(pod["annotations"])
@@ -179,49 +179,98 @@ def _job(cluster: Obj, done: str) -> Obj:
     }
 
 
-def _add_container(pod_spec: dict[str, Any], name: str, container: Obj, done: str) -> None:
-    """Add the Flux runner container (named after the MiniCluster) and its volumes."""
+def _add_containers(pod_spec: dict[str, Any], name: str, specs: list[Obj], done: str) -> None:
+    """Add the containers and their volumes as the operator does (controllers/flux).
+
+    A lone container runs Flux; of several, the one with ``runFlux``. Its mounts carry on
+    to the containers after it (the operator appends to one list), each volume once; a
+    ConfigMap's volume is named after the ConfigMap, its mount after the key; every
+    emptyDir is mounted at /dev/shm.
+    """
+    mounts: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for container in specs:
+        for volume, source in (container.get("volumes") or {}).items():
+            _add_volume(pod_spec, volume, source)
+            if volume not in seen:
+                seen.add(volume)
+                mounts.append(_mount(volume, source))
+        runs_flux = len(specs) == 1 or bool(container.get("runFlux"))
+        made = _runner(container, name, done) if runs_flux else _other(container)
+        made["volumeMounts"] = [dict(m) for m in mounts]
+        made["env"] = _env(container, done if runs_flux else None)
+        if container.get("workingDir"):
+            made["workingDir"] = container["workingDir"]
+            # A container runtime makes a missing working directory; the fake's execute
+            # mode runs in a sandbox, so it gets one there (this container's alone).
+            volume = f"flux-workdir-{len(pod_spec['containers'])}"
+            pod_spec["volumes"].append({"name": volume, "emptyDir": {}})
+            made["volumeMounts"].append({"name": volume, "mountPath": container["workingDir"]})
+        for key in ("resources", "securityContext"):
+            if container.get(key):
+                made[key] = copy.deepcopy(container[key])
+        pod_spec["containers"].append(made)
+        if container.get("imagePullSecret"):
+            pod_spec.setdefault("imagePullSecrets", []).append(
+                {"name": container["imagePullSecret"]}
+            )
+
+
+def _runner(container: Obj, name: str, done: str) -> dict[str, Any]:
+    """Return the Flux runner, named after the MiniCluster: index 0 runs the command."""
+    return {
+        "name": name,
+        "image": container.get("image") or "ghcr.io/rse-ops/accounting:app-latest",
+        "command": ["/bin/sh", "-c", _ROLE_SCRIPT, "flux-broker"],
+        "args": str(container.get("command") or "true").split(),
+    }
+
+
+def _other(container: Obj) -> dict[str, Any]:
+    """Return a container that does not run Flux: its image's entrypoint (noWrapEntrypoint),
+    else the operator's start script, which runs its command as shell text."""
+    made: dict[str, Any] = {"name": container["name"], "image": container.get("image")}
+    if not container.get("noWrapEntrypoint"):
+        made["command"] = ["/bin/sh", "-c", str(container.get("command") or "true")]
+    return made
+
+
+def _env(container: Obj, done: str | None) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": key, "value": str(value)}
         for key, value in (container.get("environment") or {}).items()
     ]
     for key, ref in (container.get("secrets") or {}).items():
         env.append({"name": key, "valueFrom": {"secretKeyRef": dict(ref)}})
-    env.append({"name": "K8SJOBS_FLUX_DONE", "value": done})
-    mounts = []
-    for volume, source in (container.get("volumes") or {}).items():
-        if source.get("configMapName"):
-            items = [{"key": k, "path": p} for k, p in (source.get("items") or {}).items()]
-            cm: dict[str, Any] = {"name": source["configMapName"]}
-            if items:
-                cm["items"] = items
-            pod_spec["volumes"].append({"name": volume, "configMap": cm})
-            path = source.get("path") or f"/{volume}"
-        elif source.get("emptyDir"):
-            pod_spec["volumes"].append({"name": volume, "emptyDir": {}})
-            path = "/dev/shm"  # where the operator mounts every emptyDir
-        else:
-            continue
-        mounts.append({"name": volume, "mountPath": path, "readOnly": bool(source.get("readOnly"))})
-    runner: dict[str, Any] = {
-        "name": name,
-        "image": container.get("image") or "ghcr.io/rse-ops/accounting:app-latest",
-        "command": ["/bin/sh", "-c", _ROLE_SCRIPT, "flux-broker"],
-        "args": str(container.get("command") or "true").split(),
-        "env": env,
-        "volumeMounts": mounts,
-    }
-    if container.get("workingDir"):
-        runner["workingDir"] = container["workingDir"]
-        # A container runtime makes a missing working directory; the fake's execute mode
-        # runs in a sandbox, so it gets one there.
-        pod_spec["volumes"].append({"name": "flux-workdir", "emptyDir": {}})
-        mounts.append({"name": "flux-workdir", "mountPath": container["workingDir"]})
-    if container.get("resources"):
-        runner["resources"] = copy.deepcopy(container["resources"])
-    pod_spec["containers"].append(runner)
-    if container.get("imagePullSecret"):
-        pod_spec["imagePullSecrets"] = [{"name": container["imagePullSecret"]}]
+    if done is not None:
+        env.append({"name": "K8SJOBS_FLUX_DONE", "value": done})
+    return env
+
+
+def _add_volume(pod_spec: dict[str, Any], volume: str, source: Obj) -> None:
+    """Add the pod volume behind a container volume (in place of one of that name)."""
+    if source.get("configMapName"):
+        items = [{"key": k, "path": p} for k, p in (source.get("items") or {}).items()]
+        cm: dict[str, Any] = {"name": source["configMapName"]}
+        if items:
+            cm["items"] = items
+        body: dict[str, Any] = {"name": source["configMapName"], "configMap": cm}
+    elif source.get("secretName"):
+        body = {"name": volume, "secret": {"secretName": source["secretName"]}}
+    elif source.get("emptyDir"):
+        body = {"name": volume, "emptyDir": {}}
+    else:
+        return
+    # The operator keeps the last container's volume of a name.
+    pod_spec["volumes"] = [v for v in pod_spec["volumes"] if v["name"] != body["name"]]
+    pod_spec["volumes"].append(body)
+
+
+def _mount(volume: str, source: Obj) -> dict[str, Any]:
+    if source.get("emptyDir"):
+        return {"name": volume, "mountPath": "/dev/shm"}  # where the operator mounts them
+    path = source.get("path") or f"/{volume}"
+    return {"name": volume, "mountPath": path, "readOnly": bool(source.get("readOnly"))}
 
 
 def _operator_pod(pod: Obj) -> bool:

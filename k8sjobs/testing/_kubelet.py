@@ -579,7 +579,7 @@ class Kubelet:
             extra["JOB_COMPLETION_INDEX"] = annotations["batch.kubernetes.io/job-completion-index"]
         try:
             final = await self._runner.run(
-                pod,
+                _with_entrypoints(pod),
                 configmap=lambda n: self._configmap(ns, n),
                 secret=lambda n: self._secret(ns, n),
                 on_status=lambda status: self._report(ns, name, status),
@@ -653,6 +653,25 @@ class Kubelet:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _with_entrypoints(pod: Obj) -> Obj:
+    """Return ``pod`` with the entrypoint of k8sjobs' handoff image as the command of a
+    container that gives none (a Flux Operator sidecar), as a container runtime reads it
+    from the image; other images' entrypoints are unknown here (the runner says so)."""
+    from ..image import ENTRYPOINT
+    from ..render import HANDOFF_IMAGE
+
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if all(c.get("command") or c.get("image") != HANDOFF_IMAGE for c in containers):
+        return pod
+    filled = [
+        c
+        if c.get("command") or c.get("image") != HANDOFF_IMAGE
+        else {**c, "command": list(ENTRYPOINT)}
+        for c in containers
+    ]
+    return {**pod, "spec": {**pod["spec"], "containers": filled}}
 
 
 def _plan_from_annotations(pod: Obj, default_duration: float) -> PodPlan:

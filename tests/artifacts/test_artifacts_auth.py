@@ -83,15 +83,17 @@ async def test_credentials_from_environment(
         await store.push("auth/env:v1", [_file(tmp_path)])
 
 
+# A dockerconfigjson Secret mounted whole names the file by its key (a Flux Operator sidecar).
+@pytest.mark.parametrize("file_name", ["config.json", ".dockerconfigjson"])
 async def test_credentials_from_docker_config_auths(
-    basic_registry: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    basic_registry: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_name: str
 ) -> None:
     auth = base64.b64encode(
         f"{basic_registry.username}:{basic_registry.password}".encode()
     ).decode()
     config_dir = tmp_path / "docker"
     config_dir.mkdir()
-    (config_dir / "config.json").write_text(
+    (config_dir / file_name).write_text(
         json.dumps({"auths": {basic_registry.location: {"auth": auth}}})
     )
     monkeypatch.setenv("DOCKER_CONFIG", str(config_dir))

@@ -7,15 +7,19 @@ state comes from that Job and its lead pod, through the study's Job and Pod watc
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from k8sjobs import Session
+from k8sjobs.render import output_reference
 from k8sjobs.spec import Resources, Step
-from k8sjobs.state import StepState
+from k8sjobs.state import StepResult, StepState
 from k8sjobs.testing import FakeCluster
+from k8sjobs.testing.registry import RegistryServer, registry_available, registry_process
 
 from ..test_minicluster import crd
 from ..waiting import wait_until
@@ -147,3 +151,128 @@ async def test_the_local_backend_refuses_a_minicluster_step(tmp_path: Path) -> N
     async with Session(study="local", backend=LocalBackend(state_dir=tmp_path / "state")) as s:
         with pytest.raises(ValueError, match=r"target: minicluster.*Flux Operator"):
             await s.submit(_flux_step())
+
+
+# ---- artifacts: the handoff sidecar beside the Flux runner (k8sjobs.minicluster) -------
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[RegistryServer]:
+    """A real docker-registry process, as the Job steps' artifact tests use."""
+    if not registry_available():
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    with registry_process() as server:
+        yield server
+
+
+def _artifact_session(fake: FakeCluster, tmp_path: Path, registry: RegistryServer) -> Session:
+    return Session(
+        study="flux-art",
+        kubeconfig=fake.kubeconfig_path,
+        log_dir=tmp_path / "logs",
+        store=registry.location,
+        plain_http=True,
+        options={"pending_grace": 0.5},
+    )
+
+
+async def test_a_two_node_minicluster_step_reads_an_input_and_hands_its_output_on(
+    flux_execute: FakeCluster, tmp_path: Path, registry: RegistryServer
+) -> None:
+    make = Step(
+        name="make",
+        shell="/bin/sh",
+        script="echo payload-7 > data.txt\n",
+        outputs={"data": "data.txt"},
+    )
+    # The inputs are read both ways a Job step's are: $K8SJOBS_INPUTS and ./inputs.
+    mid = Step(
+        name="mid",
+        shell="/bin/sh",
+        script=(
+            'cat "$K8SJOBS_INPUTS/data/data.txt" > result.txt\n'
+            'mkdir -p out && cat inputs/data/data.txt > "out/index-$JOB_COMPLETION_INDEX"\n'
+        ),
+        resources=Resources(nodes=2, tasks=2),
+        target="minicluster",
+        inputs={"data": make.output("data")},
+        outputs={"result": "result.txt", "dir": "out"},
+    )
+    last = Step(
+        name="last",
+        shell="/bin/sh",
+        script='cat "$K8SJOBS_INPUTS/result/result.txt"; ls "$K8SJOBS_INPUTS/dir/out"\n',
+        inputs={"result": mid.output("result"), "dir": mid.output("dir")},
+    )
+    async with _artifact_session(flux_execute, tmp_path, registry) as s:
+        handles = [await s.submit(step) for step in (make, mid, last)]
+        results = await s.gather(*handles, timeout=120)
+        log = await handles[2].logs()
+    assert [r.state for r in results] == [StepState.SUCCEEDED] * 3, results
+    assert "payload-7" in log and "index-0" in log
+    assert "@sha256:" in results[1].outputs["result"]  # the sidecar's push report was read
+    job = flux_execute.get("jobs", handles[1].object_name)
+    assert job is not None and job["status"]["succeeded"] == 2  # the worker ended cleanly
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "MiniCluster"
+
+
+async def _job_and_flux(
+    fake: FakeCluster, tmp_path: Path, registry: RegistryServer, **fields: Any
+) -> tuple[StepResult, StepResult]:
+    """Return the results of the same step as a Job and as a 2-node MiniCluster."""
+    job = Step(name="as-job", shell="/bin/sh", **fields)
+    flux = Step(
+        name="as-flux",
+        shell="/bin/sh",
+        resources=Resources(nodes=2, tasks=2),
+        target="minicluster",
+        **fields,
+    )
+    async with _artifact_session(fake, tmp_path, registry) as s:
+        return await (await s.submit(job)).wait(120), await (await s.submit(flux)).wait(120)
+
+
+def _verdict(result: StepResult) -> tuple[StepState, str, int | None]:
+    return result.state, result.reason, result.exit_code
+
+
+async def test_a_missing_input_fails_a_minicluster_step_as_it_fails_a_job_step(
+    flux_execute: FakeCluster, tmp_path: Path, registry: RegistryServer
+) -> None:
+    ran = tmp_path / "ran"
+    by_job, by_flux = await _job_and_flux(
+        flux_execute, tmp_path, registry, script=f"touch {ran}\n", inputs={"x": "nothing/here:v1"}
+    )
+    assert _verdict(by_flux) == _verdict(by_job) == (StepState.FAILED, "InputPullFailed", None)
+    assert "pulling the inputs failed with exit code 1" in by_flux.message
+    assert not ran.exists()  # the script never ran
+
+
+async def test_a_missing_output_fails_a_minicluster_step_as_it_fails_a_job_step(
+    flux_execute: FakeCluster, tmp_path: Path, registry: RegistryServer
+) -> None:
+    by_job, by_flux = await _job_and_flux(
+        flux_execute, tmp_path, registry, script="true\n", outputs={"r": "r.txt"}
+    )
+    assert _verdict(by_flux) == _verdict(by_job) == (StepState.FAILED, "OutputPushFailed", 0)
+
+
+async def test_simulate_mode_runs_a_minicluster_step_with_artifacts(
+    flux: FakeCluster, tmp_path: Path
+) -> None:
+    # No processes: the sidecar is one more container the simulated kubelet ends; the
+    # outputs are known by tag (there is no push report to read).
+    step = Step(**{**_flux_step("art").model_dump(), "outputs": {"r": "r.txt"}})
+    async with Session(
+        study="sim",
+        kubeconfig=flux.kubeconfig_path,
+        log_dir=tmp_path / "logs",
+        store="registry.example:5000/art",
+        options={"pending_grace": 0.5},
+    ) as s:
+        result = await (await s.submit(step)).wait(30)
+    assert (result.state, result.exit_code) == (StepState.SUCCEEDED, 0)
+    assert result.outputs == {"r": output_reference("sim", "art", "r")}
+    pod = flux.objects("pods")[0]
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    assert names[1] == "k8sjobs-handoff" and "command" not in pod["spec"]["containers"][1]
