@@ -1,17 +1,26 @@
 """The keeper: a small process that holds one container's whole process tree, and outlives it.
 
-Started by the runner as ``python -I -S _keeper.py STATE GRACE PROGRAM ARGS...`` (standalone: it
-imports nothing of k8sjobs, so it starts in milliseconds). It makes itself a *child subreaper*
-(``prctl(PR_SET_CHILD_SUBREAPER)``): every process the container starts and then orphans —
-a ``setsid`` daemon, a double fork, ``nohup ... &`` — is re-parented to the keeper instead of
-to init, so the keeper always knows the whole tree: its descendants in ``/proc``.
+It makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): every process the
+container starts and then orphans — a ``setsid`` daemon, a double fork, ``nohup ... &`` — is
+re-parented to the keeper instead of to init, so the keeper always knows the whole tree: its
+descendants in ``/proc``. Standalone: it imports nothing of k8sjobs, so it starts fast.
 
-- It starts PROGRAM in its own session (the keeper is in another one), stdout and stderr to
-  the log it was given as its own stderr, and tells the runner on its stdout: ``started <pid>``
-  or ``error <why>``.
+Two ways to start keepers, one protocol (``_keepers`` is the driver's side):
+
+- ``python -I -S _keeper.py serve FD``: a *keeper server*, started once per driver process. For
+  each connection the driver passes it over the socket FD (``SCM_RIGHTS``), it forks a keeper:
+  a fork of this small, already started interpreter costs about a millisecond, a new Python
+  start 10 to 45. The server reaps its keepers and exits when the driver closes FD (the driver
+  ended, ``kill -9`` included); the keepers live on.
+- ``python -I -S _keeper.py keep FD``: one keeper on the connection FD (when no server runs).
+
+On its connection a keeper first says ``keeper <pid>``, reads the request (the fields below,
+NUL-separated, to the end of the stream), starts PROGRAM in its own session with stdout and
+stderr to the log, and says ``started <pid>`` or ``error <why>``.
+
 - When PROGRAM exits, it kills every descendant left (SIGKILL), reaps them all, writes the exit
-  code to ``STATE.exit`` and exits with it (``128 + n`` for signal n, as a kubelet reports it).
-  Nothing of the container survives the keeper.
+  code to ``STATE.exit`` and says ``exited <code>`` (``128 + n`` for signal n, as a kubelet
+  reports it). Nothing of the container survives the keeper.
 - SIGTERM: SIGTERM to every descendant, and SIGKILL to those left after GRACE seconds.
   SIGUSR1: SIGKILL to every descendant at once (the runner's memory limit).
 - It does not die with its driver: a driver killed with ``kill -9`` leaves the step running,
@@ -19,9 +28,11 @@ to init, so the keeper always knows the whole tree: its descendants in ``/proc``
   its start time in clock ticks, so a reused pid is never mistaken for it) and ``STATE.exit``.
 """
 
-# Only what the keeper needs, the cheapest way: it starts once per container. ``_signal`` is
-# the C module under ``signal``, without the enums whose creation costs more than all the rest.
+# Only what the keeper needs, the cheapest way: a new interpreter pays every import. ``_signal``
+# is the C module under ``signal``, without the enums whose creation costs more than all the
+# rest; ``_socket`` the one under ``socket``.
 import _signal as signal  # type: ignore[import-not-found]
+import _socket
 import ctypes
 import os
 import sys
@@ -71,50 +82,81 @@ def write_atomically(path: str, text: str) -> None:
     os.replace(f"{path}.tmp", path)
 
 
-def start(program: str, argv: list[str]) -> int:
-    """Fork and exec the container's program in its own session; returns its pid or raises."""
-    ready, report = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # the child: only async-signal-safe work until exec
-        try:
-            os.setsid()  # the container's session, as before the keeper: its pid is its id
-            os.dup2(2, 1)
-            for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1):
-                signal.signal(signum, signal.SIG_DFL)  # as subprocess restores them
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            os.execv(program, [program, *argv])
-        except OSError as error:
-            os.write(report, (error.strerror or str(error)).encode())
-        finally:
-            os._exit(127)
-    os.close(report)
-    failure = os.read(ready, 4096)
-    os.close(ready)
-    if failure:
-        os.waitpid(pid, 0)
-        raise OSError(failure.decode(errors="replace"))
-    return pid
+def say(conn: int, line: str) -> None:
+    """Tell the driver one line; a driver that is gone does not matter (it adopts, or not)."""
+    try:  # noqa: SIM105
+        os.write(conn, f"{line}\n".encode())
+    except OSError:
+        pass
 
 
-def main() -> int:
-    state, grace, program, *argv = sys.argv[1:]
+Request = tuple[bytes, float, bytes, bytes, bytes, list[bytes], dict[bytes, bytes]]
+
+
+def read_request(conn: int) -> Request:
+    """Read the driver's request to the end of the stream; raises ValueError if cut short.
+
+    NUL-separated: state, grace, log, cwd, program, the number of arguments, the arguments,
+    the environment's "NAME=value" items, then "end".
+    """
+    chunks = []
+    while chunk := os.read(conn, 65536):
+        chunks.append(chunk)
+    *fields, end = b"".join(chunks).split(b"\0")
+    if end != b"end" or len(fields) < 6:
+        raise ValueError("the request was cut short")
+    state, grace, log, cwd, program, count, *rest = fields
+    args = int(count)
+    env = dict(item.split(b"=", 1) for item in rest[args:])
+    return state, float(grace), log, cwd, program, rest[:args], env
+
+
+def start(program: bytes, argv: list[bytes], env: dict[bytes, bytes]) -> int:
+    """Start the container's program in its own session; returns its pid or raises OSError.
+
+    ``posix_spawn`` (a vfork) rather than fork and exec: no copy of this interpreter, and an
+    exec that fails is reported here.
+    """
+    return os.posix_spawn(
+        program,
+        [program, *argv],
+        env,
+        file_actions=[(os.POSIX_SPAWN_DUP2, 2, 1)],  # stdout and stderr to the log
+        setsid=True,  # the container's session, as before the keeper: its pid is its id
+        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1),
+        setsigmask=(),  # as subprocess restores them
+    )
+
+
+def keep(conn: int) -> int:
+    """Be one container's keeper on the driver's connection ``conn``; returns the exit status."""
+    os.set_inheritable(conn, False)  # the program never holds it
+    say(conn, f"keeper {os.getpid()}")  # the driver asks only once it knows whom to stop
+    try:
+        request = read_request(conn)
+    except ValueError as error:  # the driver gave up (or died) before it asked: start nothing
+        say(conn, f"error {error}")
+        return 126
+    state, grace, log, cwd, program, args, env = request
+    setup = setup_io(cwd, log)
+    if setup:
+        say(conn, f"error {setup}")
+        return 127
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        print(f"error prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}", flush=True)
+        say(conn, f"error prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
         return 126
-    write_atomically(f"{state}.keeper", f"{os.getpid()} {start_time(os.getpid())}\n")
-    signal.signal(signal.SIGTERM, lambda *_: terminate(float(grace)))
+    write_atomically(f"{os.fsdecode(state)}.keeper", f"{os.getpid()} {start_time(os.getpid())}\n")
+    signal.signal(signal.SIGTERM, lambda *_: terminate(grace))
     signal.signal(signal.SIGUSR1, lambda *_: signal_all(signal.SIGKILL))
     signal.signal(signal.SIGALRM, lambda *_: signal_all(signal.SIGKILL))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        main_pid = start(program, argv)
+        main_pid = start(program, args, env)
     except OSError as error:
-        print(f"error {error}", flush=True)
+        say(conn, f"error {error.strerror or error}")
         return 127
-    print(f"started {main_pid}", flush=True)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # the runner's pipe: closed, so a driver that died does not matter
+    say(conn, f"started {main_pid}")
     code = wait_for(main_pid)
     while has_children():  # kill what the program left; as subreaper, orphans come back to us
         signal_all(signal.SIGKILL)
@@ -122,8 +164,29 @@ def main() -> int:
             os.waitpid(-1, 0)
         except ChildProcessError:
             pass
-    write_atomically(f"{state}.exit", f"{code}\n")
-    return code if code >= 0 else 128 - code
+    status = code if code >= 0 else 128 - code
+    write_atomically(f"{os.fsdecode(state)}.exit", f"{code}\n")
+    say(conn, f"exited {status}")
+    return status
+
+
+def setup_io(cwd: bytes, log_path: bytes) -> str:
+    """Move to the working directory, stdin from /dev/null, stdout and stderr to the log.
+
+    Returns why it failed, or "" (the keeper's own errors then go to the log too).
+    """
+    try:
+        os.chdir(cwd)
+        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        devnull = os.open(os.devnull, os.O_RDWR)
+    except OSError as error:
+        return str(error)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(devnull)
+    return ""
 
 
 def terminate(grace: float) -> None:
@@ -148,6 +211,47 @@ def wait_for(main_pid: int) -> int:
         pid, status = os.waitpid(-1, 0)
         if pid == main_pid:
             return os.waitstatus_to_exitcode(status)
+
+
+def serve(control: int) -> int:
+    """Fork a keeper for each connection received on ``control``, until the driver is gone."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the keepers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    server = _socket.socket(fileno=control)
+    size = _socket.CMSG_SPACE(4)
+    while True:
+        try:
+            data, ancillary, _, _ = server.recvmsg(1, size, _socket.MSG_CMSG_CLOEXEC)
+        except InterruptedError:
+            continue
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the driver closed its end: it ended
+        for level, kind, fds in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                for i in range(0, len(fds) - len(fds) % 4, 4):
+                    fork_keeper(control, int.from_bytes(fds[i : i + 4], sys.byteorder))
+
+
+def fork_keeper(control: int, conn: int) -> None:
+    """Fork a keeper on ``conn`` (which the server then closes): it never returns here."""
+    if os.fork() == 0:
+        status = 126
+        try:
+            os.close(control)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the keeper waits for its children
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter's
+            os.setsid()  # its own session, as a keeper started on its own is
+            status = keep(conn)
+        finally:
+            os._exit(status)
+    os.close(conn)
+
+
+def main() -> int:
+    mode, fd = sys.argv[1], int(sys.argv[2])
+    return serve(fd) if mode == "serve" else keep(fd)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ absolute argv[0] is used when it exists here, else its base name is looked up on
 image's ``/usr/local/bin/bash`` is this machine's bash). A program that cannot be started
 terminates the container as containerd reports it: exit code 128, reason ``StartError``,
 ``startedAt`` at the epoch. Each container is its own process session, led by its program and
-held by its keeper (``_keeper``: a child subreaper, outside the session, that holds the
-container's whole process tree), with stdout and stderr written straight into one log file.
+held by its keeper (``_keeper``, started by ``_keepers``: a child subreaper, outside the
+session, that holds the container's whole process tree), with stdout and stderr written
+straight into one log file.
 
 Memory limits
 -------------
@@ -43,9 +44,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import anyio
+
+from ._keepers import Kept, request, start_keeper
 
 __all__ = [
     "EPOCH",
@@ -63,7 +65,6 @@ START_ERROR_EXIT = 128
 EPOCH = "1970-01-01T00:00:00Z"
 _PYTHON_NAMES = frozenset({"python", "python3"})
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-KEEPER = str(Path(__file__).with_name("_keeper.py"))
 # How long after its own grace a keeper may take to kill and reap its tree before it is killed.
 _KEEPER_MARGIN = 5.0
 
@@ -72,51 +73,26 @@ class StartError(Exception):
     """The container's program cannot be started: containerd's StartError."""
 
 
-async def spawn(
-    launch: Launch, program: str, sandbox: Path, kill_grace: float
-) -> tuple[asyncio.subprocess.Process, int]:
+async def spawn(launch: Launch, program: str, sandbox: Path, kill_grace: float) -> tuple[Kept, int]:
     """Start a container's program under its keeper, in its own session, output to its log.
 
-    Returns the keeper (``_keeper``), which holds the program's whole tree, and the
-    program's pid, which is also its session's id.
+    Returns the keeper (``_keeper``, started by ``_keepers``), which holds the program's whole
+    tree, and the program's pid, which is also its session's id.
     """
     cwd = _working_dir(launch, sandbox)
-    log = _open_log(sandbox, launch.name)
+    log = sandbox / "logs" / f"{launch.name}.log"  # appended to by the program, unbuffered
     state = sandbox / "run" / launch.name
     state.parent.mkdir(exist_ok=True)
     try:
-        keeper = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",  # isolated and without site: the keeper imports only the standard library
-            "-S",
-            KEEPER,
-            str(state),
-            str(kill_grace),
-            program,
-            *launch.argv[1:],
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,  # one line: "started <pid>" or "error <why>"
-            stderr=log,
-            cwd=cwd,
-            env=launch.env,
-            start_new_session=True,  # not in the terminal's session: Ctrl-C is the driver's
-        )
-    except OSError as error:
-        raise StartError(f'exec: "{launch.argv[0]}": {error.strerror or error}') from None
-    finally:
-        log.close()  # the child holds its own descriptor
-    assert keeper.stdout is not None
-    try:
-        said = (await keeper.stdout.readline()).decode(errors="replace").strip()
-    except asyncio.CancelledError:  # the keeper may have started the program: stop it whole
-        _signal(keeper.pid, signal.SIGTERM)
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(keeper.wait())
-        raise
+        asked = request(state, kill_grace, log, cwd, program, launch.argv[1:], launch.env)
+        keeper, said = await start_keeper(asked)
+    except (OSError, ValueError) as error:
+        why = getattr(error, "strerror", None) or error
+        raise StartError(f'exec: "{launch.argv[0]}": {why}') from None
     word, _, rest = said.partition(" ")
     if word != "started":
-        await keeper.wait()
-        why = rest or f"the keeper exited with {keeper.returncode}"
+        code = await keeper.wait()
+        why = rest or f"the keeper exited with {code}"
         raise StartError(f'exec: "{launch.argv[0]}": {why}')
     return keeper, int(rest)
 
@@ -132,11 +108,6 @@ def _working_dir(launch: Launch, sandbox: Path) -> Path:
             )
         cwd.mkdir(parents=True, exist_ok=True)  # as a container runtime creates it
     return cwd
-
-
-def _open_log(sandbox: Path, container: str) -> BinaryIO:
-    # Appending: the process writes to it directly, unbuffered by us, so a reader can follow.
-    return open(sandbox / "logs" / f"{container}.log", "ab")
 
 
 @dataclass(frozen=True)
@@ -175,7 +146,7 @@ class Supervisor:
 
     def __init__(
         self,
-        process: asyncio.subprocess.Process,
+        process: Kept,
         pid: int,
         memory_limit: int | None,
         kill_grace: float,
@@ -195,8 +166,9 @@ class Supervisor:
         except asyncio.CancelledError:
             await self._stop()
             raise
-        # The runtime kills what the main process leaves behind in its container.
-        await _kill_session(self.pid)
+        if self.process.returncode is not None and self.process.returncode < 0:
+            # The keeper was killed before it could: kill what the program left, as a runtime.
+            await _kill_session(self.pid)
 
     def outcome(self) -> tuple[int, str]:
         """Return the container's exit code and reason, as a kubelet reports them."""
@@ -235,10 +207,11 @@ class Supervisor:
             await asyncio.wait_for(
                 asyncio.shield(self.process.wait()), self.kill_grace + _KEEPER_MARGIN
             )
-        _signal_group(self.process.pid, signal.SIGKILL)
+        if self.process.returncode is None:  # its pid is its own until it has ended
+            _signal_group(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(self.process.wait())
-            await _kill_session(self.pid)
+            if await asyncio.shield(self.process.wait()) < 0:
+                await _kill_session(self.pid)
 
 
 class MemoryMonitor:
