@@ -7,11 +7,13 @@ descendants in ``/proc``. Standalone: it imports nothing of k8sjobs, so it start
 
 Two ways to start keepers, one protocol (``_keepers`` is the driver's side):
 
-- ``python -I -S _keeper.py serve FD``: a *keeper server*, started once per driver process. For
-  each connection the driver passes it over the socket FD (``SCM_RIGHTS``), it forks a keeper:
-  a fork of this small, already started interpreter costs about a millisecond, a new Python
-  start 10 to 45. The server reaps its keepers and exits when the driver closes FD (the driver
-  ended, ``kill -9`` included); the keepers live on.
+- ``python -I -S _keeper.py serve FD``: a *keeper server*, started once per driver process. It
+  keeps one keeper forked ahead (a *spare*, waiting on the socket FD); each connection the
+  driver passes over FD (``SCM_RIGHTS``) wakes the spare, which keeps that container, and the
+  server forks the next spare (a fork of this small, already started interpreter costs about
+  a millisecond, a new Python start 10 to 45). The kernel reaps the keepers; the spare and the
+  server end when the driver closes FD (the driver ended, ``kill -9`` included); the keepers
+  live on.
 - ``python -I -S _keeper.py keep FD``: one keeper on the connection FD (when no server runs).
 
 On its connection a keeper first says ``keeper <pid>``, reads the request (the fields below,
@@ -38,6 +40,7 @@ import os
 import sys
 
 PR_SET_CHILD_SUBREAPER = 36
+CLOEXEC = _socket.MSG_CMSG_CLOEXEC  # a received connection is never inherited by the program
 
 
 def start_time(pid: int) -> int:
@@ -214,39 +217,63 @@ def wait_for(main_pid: int) -> int:
 
 
 def serve(control: int) -> int:
-    """Fork a keeper for each connection received on ``control``, until the driver is gone."""
+    """Keep one keeper forked ahead, waiting on ``control``; fork the next once it is taken.
+
+    The fork is thus off the container's path: the driver's connection wakes a keeper that
+    already exists. The server ends when the driver closes ``control`` (its spare sees it).
+    """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the keepers
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
-    server = _socket.socket(fileno=control)
-    size = _socket.CMSG_SPACE(4)
     while True:
-        try:
-            data, ancillary, _, _ = server.recvmsg(1, size, _socket.MSG_CMSG_CLOEXEC)
-        except InterruptedError:
-            continue
+        taken, tell = os.pipe()
+        if os.fork() == 0:
+            status = 126
+            try:
+                os.close(taken)
+                status = spare(control, tell)
+            finally:
+                os._exit(status)
+        os.close(tell)
+        said = os.read(taken, 1)  # "t" once the spare took a connection; "" if it ended
+        os.close(taken)
+        if said != b"t":
+            return 0  # the driver is gone (or the spare died: the driver starts a new server)
+
+
+def spare(control: int, tell: int) -> int:
+    """Wait, as a forked keeper, for the driver's next connection; then keep its container."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the keeper waits for its children
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter's
+    os.setsid()  # its own session, as a keeper started on its own is
+    conn = receive(control)
+    if conn is not None:
+        try:  # noqa: SIM105
+            os.write(tell, b"t")
         except OSError:
-            return 0
-        if not data:
-            return 0  # the driver closed its end: it ended
-        for level, kind, fds in ancillary:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                for i in range(0, len(fds) - len(fds) % 4, 4):
-                    fork_keeper(control, int.from_bytes(fds[i : i + 4], sys.byteorder))
+            pass  # the server died: the driver starts a new one on its next container
+    os.close(tell)
+    os.close(control)
+    return 0 if conn is None else keep(conn)
 
 
-def fork_keeper(control: int, conn: int) -> None:
-    """Fork a keeper on ``conn`` (which the server then closes): it never returns here."""
-    if os.fork() == 0:
-        status = 126
-        try:
-            os.close(control)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the keeper waits for its children
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter's
-            os.setsid()  # its own session, as a keeper started on its own is
-            status = keep(conn)
-        finally:
-            os._exit(status)
-    os.close(conn)
+def receive(control: int) -> int | None:
+    """Return the next connection sent on ``control``, or None once the driver closed it."""
+    server = _socket.socket(fileno=control)
+    try:
+        while True:
+            try:
+                data, ancillary, _, _ = server.recvmsg(1, _socket.CMSG_SPACE(4), CLOEXEC)
+            except InterruptedError:
+                continue
+            except OSError:
+                return None
+            if not data:
+                return None
+            for level, kind, fds in ancillary:
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(fds) >= 4:
+                    return int.from_bytes(fds[:4], sys.byteorder)
+    finally:
+        server.detach()  # the descriptor is closed by the caller
 
 
 def main() -> int:

@@ -3,9 +3,10 @@
 A keeper per container costs a Python start when the driver starts it as a new process (10 ms
 on a quiet machine, 20 to 45 ms on a loaded one: most of a local step's overhead). So the
 driver starts one *keeper server* (``_keeper.py serve``, the standard library only) on its
-first container, and hands it a connection per container: the server forks a keeper on it,
-which costs about a millisecond. The keeper then speaks with the driver on that connection
-alone (its pid, the request, ``started``, ``exited``); the server only forks and reaps.
+first container, and hands it a connection per container: a keeper the server forked ahead
+takes it (the server then forks the next, about a millisecond, off the container's path). The
+keeper then speaks with the driver on that connection alone (its pid, the request,
+``started``, ``exited``); the server only forks.
 
 Nothing depends on the server staying up. The driver sends a keeper its request only once the
 keeper has said its pid, so a keeper is either known (a cancel stops it) or never asked (it
