@@ -1,9 +1,10 @@
 """Per-step overhead of the LocalBackend over a bare subprocess running the same script,
 and what handing a file from step to step costs.
 
-    python benchmarks/bench_local.py                      # both tables, 5 rounds each
+    python benchmarks/bench_local.py                      # every table, 5 rounds each
     python benchmarks/bench_local.py --steps 50 --rounds 3
     python benchmarks/bench_local.py --only handoff       # just the artifact table
+    python benchmarks/bench_local.py --only keeper        # just the keeper table
 
 Both sides run the same small bash script, measured in the same run: "bare" starts
 ``bash script`` with asyncio's subprocess API; "local" submits a Step with that script to a
@@ -21,6 +22,11 @@ each reading its predecessor's output (all submitted at once, the session orders
 without artifacts and with the in-process handoff; ``--subprocess-chain`` adds the chain on
 the subprocess path (slow: about a second per step). Floors: the in-process handoff step
 costs under 60 ms more than the bare subprocess, and a 100-step chain runs in under 10 s.
+
+The keeper table (``--only keeper``) starts and ends one container running ``true`` through
+the runner's process layer (``_process.spawn`` and its ``Supervisor``), ``--steps`` times: under
+a keeper forked by the driver's keeper server (the default), under a keeper started as a Python
+process of its own (the fallback, and what every container paid at first), and bare.
 Every figure is the median of ``--rounds`` rounds; the load average is printed beside them,
 as the machine may be shared.
 """
@@ -40,6 +46,8 @@ from pathlib import Path
 from k8sjobs import Session, Step, StepHandle
 from k8sjobs.artifacts import open_store
 from k8sjobs.local import LocalBackend
+from k8sjobs.local._keepers import SERVER
+from k8sjobs.local._process import Launch, MemoryMonitor, Supervisor, program, spawn
 
 SCRIPT = 'x=$((6 * 7)); echo "answer $x"\n'
 TARGET_MS = 50.0
@@ -229,6 +237,50 @@ def handoff_table(per_step: dict[str, float], chains: dict[str, float], n: int, 
     return "\n".join(lines)
 
 
+KEEPER_KINDS = ("bare subprocess", "keeper server", "keeper of its own")
+
+
+async def _container(kind: str, sandbox: Path, memory: MemoryMonitor) -> float:
+    """Start and end one ``true`` container as ``kind``; return the seconds."""
+    start = time.perf_counter()
+    if kind == "bare subprocess":
+        process = await asyncio.create_subprocess_exec("true", start_new_session=True)
+        await process.wait()
+        return time.perf_counter() - start
+    SERVER.enabled = kind == "keeper server"
+    launch = Launch(
+        "main", "bench", True, ["true"], {"PATH": os.environ["PATH"]}, str(sandbox), None
+    )
+    keeper, pid = await spawn(launch, program(launch), sandbox, kill_grace=0.5)
+    await Supervisor(keeper, pid, None, 0.5, memory).wait()
+    return time.perf_counter() - start
+
+
+async def measure_keeper(n: int, rounds: int) -> dict[str, float]:
+    """Return the median seconds per container of each kind (rounds interleaved)."""
+    times: dict[str, list[float]] = {kind: [] for kind in KEEPER_KINDS}
+    memory = MemoryMonitor()
+    with tempfile.TemporaryDirectory(prefix="k8sjobs-bench-") as folder:
+        sandbox = Path(folder)
+        (sandbox / "logs").mkdir()
+        await _container("keeper server", sandbox, memory)  # the server's own start, once
+        for _ in range(rounds):
+            for kind in KEEPER_KINDS:
+                runs = [await _container(kind, sandbox, memory) for _ in range(n)]
+                times[kind].append(statistics.median(runs))
+    SERVER.enabled = True
+    return {kind: statistics.median(values) for kind, values in times.items()}
+
+
+def keeper_table(per_container: dict[str, float]) -> str:
+    bare = per_container["bare subprocess"]
+    lines = [f"{'one container running true':<36} {'start to end':>12} {'over bare':>10}"]
+    lines.append("-" * len(lines[0]))
+    for kind, seconds in per_container.items():
+        lines.append(f"{kind:<36} {seconds * 1000:>10.1f}ms {(seconds - bare) * 1000:>8.1f}ms")
+    return "\n".join(lines)
+
+
 def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -238,19 +290,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per mode (default 20)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, median kept (default 5)")
     parser.add_argument("--chain", type=int, default=100, help="chain length (default 100)")
-    parser.add_argument("--only", choices=("overhead", "handoff"), help="run one table only")
+    parser.add_argument(
+        "--only", choices=("overhead", "handoff", "keeper"), help="run one table only"
+    )
     parser.add_argument(
         "--subprocess-chain", action="store_true", help="also run the chain on the subprocess path"
     )
     args = parser.parse_args(argv)
     ok = True
     print(f"{os.cpu_count()} cores, {_load()} at the start")
-    if args.only != "handoff":
+    if args.only in (None, "keeper"):
+        per_container = asyncio.run(measure_keeper(args.steps, args.rounds))
+        print(f"median of {args.rounds} rounds of {args.steps} containers, one after another")
+        print(keeper_table(per_container))
+        print(_load(), "\n")
+    if args.only in (None, "overhead"):
         rows = asyncio.run(measure(args.steps, args.rounds))
         print(table(rows, args.steps))
         ok = all((lo - b) / args.steps * 1000 < TARGET_MS for _, b, lo in rows)
         print(_load(), "\n")
-    if args.only != "overhead":
+    if args.only in (None, "handoff"):
         steps = min(args.steps, 10)  # the subprocess path costs about a second a step
         per_step, chains = asyncio.run(
             measure_handoff(steps, args.chain, args.rounds, args.subprocess_chain)
