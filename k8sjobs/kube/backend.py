@@ -433,7 +433,7 @@ class KubernetesBackend:
         if self.keep_logs == "walltime" and not _has_walltime(watch.jobs.cache.objects.get(job)):
             return
         where = (handle.study, handle.name, self._run_of(handle))
-        self.logkeeper.follow(self.client, watch.namespace, where, change.name, MAIN_CONTAINER)
+        self.logkeeper.follow(self.client, watch.namespace, where, change.name, self._main(handle))
 
     def _vanished(self, watch: StudyWatch, name: str) -> None:
         """A Job disappeared: ours to cancel or replace, else somebody else deleted it."""
@@ -526,6 +526,14 @@ class KubernetesBackend:
             return result
         return result.evolve(outputs={**json.loads(raw), **await self._pushed(handle, pods)})
 
+    def _main(self, handle: StepHandle) -> str:
+        """Return the step's own container: the Flux Operator names a MiniCluster's pods'
+        runner after the MiniCluster, where a Job step's is ``step``."""
+        minicluster = (handle.namespace, handle.object_name) in self._miniclusters
+        if minicluster or top_kind(self._job_of(handle) or {}) is MINICLUSTERS:
+            return handle.object_name
+        return MAIN_CONTAINER
+
     def _job_of(self, handle: StepHandle) -> dict[str, Any] | None:
         watch = self._watches.get((handle.namespace, label_value(handle.study)))
         return None if watch is None else watch.jobs.cache.objects.get(handle.object_name)
@@ -544,7 +552,7 @@ class KubernetesBackend:
         if names:
             path = self.log_dir / file_name(handle.study) / f"{file_name(handle.name)}.log"
             try:
-                text = await self._pod_log(handle, names[-1], MAIN_CONTAINER, None)
+                text = await self._pod_log(handle, names[-1], self._main(handle), None)
                 await asyncio.to_thread(_write, path, text)
                 result = result.evolve(log_file=str(path))
             except (ApiError, OSError) as exc:
@@ -575,7 +583,8 @@ class KubernetesBackend:
 
     async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
         """Return the log of the step's pods (joined, newest pod last)."""
-        container = container or MAIN_CONTAINER
+        main = self._main(handle)
+        container = container or main
         live = await self._pod_names(handle)
         run = self._run_of(handle)
         kept = (
@@ -594,7 +603,7 @@ class KubernetesBackend:
             except ApiError as exc:  # one node of several still starting: the others' logs
                 if exc.status != 400 or "waiting to start" not in str(exc):
                     raise
-        if not texts and handle.result.log_file and container == MAIN_CONTAINER:
+        if not texts and handle.result.log_file and container == main:
             return await asyncio.to_thread(Path(handle.result.log_file).read_text)
         return _tail("".join(texts), tail)
 
@@ -606,7 +615,7 @@ class KubernetesBackend:
             if not pods:
                 await _first_change(handle)
         for pod in pods[-1:]:
-            params = {"container": container or MAIN_CONTAINER, "follow": "true"}
+            params = {"container": container or self._main(handle), "follow": "true"}
             path = POD_LOGS.path(handle.namespace, pod)
             what = f'follow the log of pod "{pod}"'
             async for line in self.client.stream_lines(

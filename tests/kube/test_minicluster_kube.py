@@ -276,3 +276,25 @@ async def test_simulate_mode_runs_a_minicluster_step_with_artifacts(
     pod = flux.objects("pods")[0]
     names = [c["name"] for c in pod["spec"]["containers"]]
     assert names[1] == "k8sjobs-handoff" and "command" not in pod["spec"]["containers"][1]
+
+
+async def test_a_minicluster_steps_log_is_its_flux_runners(
+    flux_execute: FakeCluster, tmp_path: Path
+) -> None:
+    # The operator names the runner container after the MiniCluster, not "step": logs and
+    # a failed step's saved log are read from it.
+    ok = Step(
+        name="talk",
+        shell="/bin/sh",
+        script='echo "said by $JOB_COMPLETION_INDEX"\n',
+        resources=Resources(nodes=2, tasks=2),
+        target="minicluster",
+    )
+    broken = Step(**{**ok.model_dump(), "name": "shout", "script": "echo dying >&2; exit 3\n"})
+    async with session(flux_execute, tmp_path) as s:
+        talk, shout = await s.submit(ok), await s.submit(broken)
+        done, failed = await talk.wait(60), await shout.wait(60)
+        said = await talk.logs()
+    assert done.state is StepState.SUCCEEDED and "said by 0" in said
+    assert (failed.state, failed.exit_code) == (StepState.FAILED, 3)
+    assert failed.log_file is not None and "dying" in Path(failed.log_file).read_text()
