@@ -298,3 +298,24 @@ async def test_a_minicluster_steps_log_is_its_flux_runners(
     assert done.state is StepState.SUCCEEDED and "said by 0" in said
     assert (failed.state, failed.exit_code) == (StepState.FAILED, 3)
     assert failed.log_file is not None and "dying" in Path(failed.log_file).read_text()
+
+
+async def test_a_failed_minicluster_step_pushes_its_outputs_as_failed(
+    flux_execute: FakeCluster, tmp_path: Path, registry: RegistryServer
+) -> None:
+    # The operator's entrypoint stops at a failing command (set -e): the wrapper inside
+    # the command still copies the outputs and leaves the code, so push_outputs: always works.
+    step = Step(
+        name="half",
+        shell="/bin/sh",
+        script="echo partial > r.txt; exit 3\n",
+        outputs={"r": "r.txt"},
+        push_outputs="always",
+        resources=Resources(nodes=2, tasks=2),
+        target="minicluster",
+    )
+    async with _artifact_session(flux_execute, tmp_path, registry) as s:
+        result = await (await s.submit(step)).wait(120)
+    assert (result.state, result.reason, result.exit_code) == (StepState.FAILED, "ExitCode", 3)
+    pushed = result.outputs["r"]
+    assert "/half-" in pushed and "/failed@sha256:" in pushed, pushed
