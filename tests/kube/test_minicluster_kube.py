@@ -7,6 +7,7 @@ state comes from that Job and its lead pod, through the study's Job and Pod watc
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -297,7 +298,8 @@ async def test_a_minicluster_steps_log_is_its_flux_runners(
         said = await talk.logs()
     assert done.state is StepState.SUCCEEDED and "said by 0" in said
     assert (failed.state, failed.exit_code) == (StepState.FAILED, 3)
-    assert failed.log_file is not None and "dying" in Path(failed.log_file).read_text()
+    assert failed.log_file is not None
+    assert "dying" in await asyncio.to_thread(Path(failed.log_file).read_text)
 
 
 async def test_a_failed_minicluster_step_pushes_its_outputs_as_failed(
