@@ -29,7 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,6 +47,7 @@ __all__ = [
     "registry_available",
     "registry_process",
     "running_registry",
+    "serve_locally",
     "start_registry",
 ]
 
@@ -331,6 +332,25 @@ class _TokenServer:
         return Handler
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def serve_locally(
+    handler: Handler, *, client_max_size: int = 1024**2, shutdown_timeout: float = 60.0
+) -> tuple[web.AppRunner, int]:
+    """Serve every method and path with ``handler`` on 127.0.0.1, at a port the system picks
+    (so parallel tests never collide); return the runner (``cleanup()`` stops it) and the port.
+    The test servers here and in the tests (fault proxy, hostile registry) start this way."""
+    app = web.Application(client_max_size=client_max_size)
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    return runner, int(sock.getsockname()[1])
+
+
 FaultKind = Literal["drop", "status", "stall", "lose_reply"]
 
 
@@ -394,15 +414,8 @@ class FaultProxy:
         return fault
 
     async def __aenter__(self) -> FaultProxy:
-        app = web.Application(client_max_size=0)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
         self._session = ClientSession(timeout=ClientTimeout(total=None, sock_read=60))
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = int(sock.getsockname()[1])
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_locally(self._handle, client_max_size=0)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

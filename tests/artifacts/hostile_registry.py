@@ -9,13 +9,13 @@ import asyncio
 import base64
 import hashlib
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from k8sjobs.artifacts._media import EMPTY_CONFIG_DESCRIPTOR, LAYER_TAR, MANIFEST, TITLE
+from k8sjobs.testing.registry import serve_locally
 
 
 def digest_of(data: bytes) -> str:
@@ -74,14 +74,7 @@ class HostileRegistry:
         return digest
 
     async def __aenter__(self) -> HostileRegistry:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = int(sock.getsockname()[1])
-        await web.SockSite(self._runner, sock).start()
+        self._runner, self.port = await serve_locally(self._handle, shutdown_timeout=0.1)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

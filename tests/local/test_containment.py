@@ -7,7 +7,6 @@ these tests check it at once, with real processes.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ import pytest
 from k8sjobs import Session, Step, StepState
 from k8sjobs.local import LocalBackend
 
+from ..waiting import wait_until
 from .test_interrupted_runs import alive, with_word
 
 ESCAPES = {
@@ -46,11 +46,7 @@ def started(pids: Path) -> list[int]:
 
 
 async def until_started(pids: Path, count: int = 1) -> None:
-    for _ in range(1000):  # a bound, not a wait: each turn yields to the step
-        if len(started(pids)) >= count:
-            return
-        await asyncio.sleep(0.02)
-    raise TimeoutError(f"the step did not start {count} processes")
+    await wait_until(lambda: len(started(pids)) >= count, f"the step started {count} processes")
 
 
 @pytest.mark.parametrize("escape", sorted(ESCAPES))

@@ -10,21 +10,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from k8sjobs.names import label_value
 
-
-def wait_for(condition: Callable[[], object], timeout: float = 20, what: str = "") -> None:
-    """Return once ``condition()`` is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.05)
+from ..waiting import wait_until_sync
 
 
 def alive(pid: int) -> bool:
@@ -104,7 +97,7 @@ def test_a_second_driver_of_the_same_study_fails_fast_naming_the_first(
         tmp_path, f"echo started >> {tmp_path}/starts\nuntil [ -e {release} ]; do sleep 0.05; done"
     )
     first = drivers.run()
-    wait_for(lambda: (tmp_path / "starts").exists(), what="the first run's step")
+    wait_until_sync(lambda: (tmp_path / "starts").exists(), "the first run's step")
     second = drivers.run()
     out, err = second.communicate(timeout=60)  # before the fix: it waited forever
     assert second.returncode == 2, out + err
@@ -159,7 +152,7 @@ def test_a_step_left_running_by_a_killed_driver_is_adopted_never_run_twice(
         """,
     )
     first = drivers.run()
-    wait_for(lambda: daemon.exists() and daemon.read_text().strip(), what="the step's daemon")
+    wait_until_sync(lambda: daemon.exists() and daemon.read_text().strip(), "the step's daemon")
     first.kill()  # kill -9: no chance to stop its step
     first.communicate(timeout=10)
     assert alive(int(daemon.read_text())), "the step outlives its driver, contained by its keeper"
@@ -167,7 +160,7 @@ def test_a_step_left_running_by_a_killed_driver_is_adopted_never_run_twice(
     # The second driver follows the living step (no second start), then sees its real end.
     said = second.stdout
     assert said is not None
-    wait_for(lambda: "step: RUNNING" in said.readline(), what="the adopted step")
+    wait_until_sync(lambda: "step: RUNNING" in said.readline(), "the adopted step")
     release.touch()
     out, err = second.communicate(timeout=60)
     assert second.returncode == 1, out + err
@@ -191,7 +184,7 @@ def test_a_step_left_running_by_a_killed_driver_shows_running_and_can_be_cancell
         """,
     )
     first = drivers.run()
-    wait_for(lambda: daemon.exists() and daemon.read_text().strip(), what="the step's daemon")
+    wait_until_sync(lambda: daemon.exists() and daemon.read_text().strip(), "the step's daemon")
     first.kill()
     first.communicate(timeout=10)
     cli = [sys.executable, "-m", "k8sjobs.cli"]

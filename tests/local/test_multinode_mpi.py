@@ -8,7 +8,6 @@ oversubscribes (2 nodes x 2 tasks on a 2-core machine).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -148,11 +147,15 @@ async def test_a_worker_killed_mid_run_fails_the_step_naming_its_index(
 async def until_logged(
     handle: StepHandle, condition: Callable[[str], bool], timeout: float = 120
 ) -> None:
-    """Return once the step's log satisfies ``condition`` (polled; bounded)."""
-    async with asyncio.timeout(timeout):
-        while not condition(await handle.logs()):
-            assert not handle.done, handle.result.describe()
-            await asyncio.sleep(0.2)
+    """Return once the step's log satisfies ``condition``; fail at once if the step ends first."""
+
+    async def satisfied() -> bool:
+        if condition(await handle.logs()):
+            return True
+        assert not handle.done, handle.result.describe()
+        return False
+
+    await wait_until(satisfied, "the step's log shows it", timeout=timeout)
 
 
 def worker_pid(state: Path, handle: StepHandle) -> int:
