@@ -6,11 +6,32 @@ import functools
 import gzip
 import os
 import tarfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from k8sjobs.artifacts import RetryPolicy
 
 FAST_RETRY = RetryPolicy(attempts=4, initial_delay=0.05, max_delay=0.2, total=5.0)
+
+
+@dataclass(frozen=True)
+class CountingRetry(RetryPolicy):
+    """A retry policy that records each pause it hands out (one per failed attempt; the last
+    is not waited): a test counts attempts and sums the backoff from it, not from a clock."""
+
+    pauses: list[float] = field(default_factory=list, compare=False)
+
+    def delay(self, attempt: int) -> float:
+        pause = super().delay(attempt)
+        self.pauses.append(pause)
+        return pause
+
+    def check_bounded(self) -> None:
+        """Assert that the attempts stopped at the policy's count and the pauses waited stayed
+        within its figures (each at most max_delay, together within total)."""
+        assert len(self.pauses) == self.attempts, self.pauses
+        waited = self.pauses[:-1]
+        assert all(0 < p <= self.max_delay for p in waited) and sum(waited) <= self.total
 
 
 def make_tree(root: Path) -> Path:
