@@ -323,8 +323,9 @@ class ApiServer:
                 next_bookmark = now + self.bookmark_interval
             watcher.wakeup.clear()
             wait = min(deadline, next_bookmark if bookmarks else deadline) - now
-            try:
-                await asyncio.wait_for(watcher.wakeup.wait(), timeout=max(wait, 0.001))
+            try:  # asyncio.timeout: wait_for (3.11) can drop the server's cancellation
+                async with asyncio.timeout(max(wait, 0.001)):
+                    await watcher.wakeup.wait()
             except TimeoutError:
                 continue
 
@@ -687,7 +688,8 @@ async def _until_closed(watcher: Watcher, deadline: float) -> None:
     while not watcher.closed and (left := deadline - time.monotonic()) > 0:
         watcher.wakeup.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watcher.wakeup.wait(), timeout=left)
+            async with asyncio.timeout(left):  # not wait_for: it can drop a cancellation
+                await watcher.wakeup.wait()
 
 
 def _truthy(value: str | None) -> bool:

@@ -177,8 +177,11 @@ class JobController:
                     await asyncio.sleep(0)  # let the API server answer between syncs
             self._wake.clear()
             timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+            # asyncio.timeout, never wait_for: wait_for (Python 3.11) drops a cancellation
+            # that lands as the event is set, and the controller would never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     def _sync_safely(self, namespace: str, name: str) -> None:
         try:

@@ -349,3 +349,14 @@ async def test_many_jobs_finish_without_polling(tmp_path: Path) -> None:
         )
         await wait_until(lambda: all(finished(fake, f"m{i}") for i in range(100)), timeout=20)
         assert fake.request_count("get") == 0 and fake.request_count("list") == 0
+
+
+async def test_stopping_the_controller_as_a_job_arrives_ends_it(cluster: FakeCluster) -> None:
+    """A stop in the same turn as the wake-up a new Job gives the controller still ends it.
+    asyncio.wait_for (Python 3.11) returned the finished wake-up and lost the cancellation,
+    so the controller ran on and a cluster's teardown waited forever (seen under load)."""
+    cluster.store.create("jobs", "default", job_body("far", activeDeadlineSeconds=600))
+    # Its deadline is queued: the controller now sleeps with a timeout, as between syncs.
+    await wait_until(lambda: "startTime" in (cluster.get("jobs", "far") or {}).get("status", {}))
+    cluster.store.create("jobs", "default", job_body("late"))  # wakes it, in this turn
+    await asyncio.wait_for(cluster.controller.stop(), 10)
