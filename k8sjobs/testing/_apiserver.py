@@ -295,6 +295,7 @@ class ApiServer:
             while watcher.pending and len(chunk) < min(256, left):
                 event = watcher.pending.popleft()
                 chunk.append(event.line() if watcher.encode is None else watcher.encode(event))
+                event.sent()
             left -= len(chunk)
             await response.write(b"".join(chunk))
 
@@ -399,7 +400,9 @@ class ApiServer:
             patched["status"] = current.get("status", {})
         dry_run = _dry_run(request, "PatchOptions")
         _track_fields(request, res, current, patched, sub)
-        stored = self.store.update(res.plural, ns or "", patched, subresource=sub, dry_run=dry_run)
+        stored = self.store.update(
+            res.plural, ns or "", patched, subresource=sub, dry_run=dry_run, owned=True
+        )
         return _json_response(stored)
 
     async def _apply(

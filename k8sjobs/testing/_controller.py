@@ -531,7 +531,7 @@ class JobController:
                 del meta["finalizers"]
             updated["metadata"] = meta
             try:
-                self.store.update("pods", namespace, updated, validate=False)
+                self.store.update("pods", namespace, updated, validate=False, owned=True)
             except ApiError:
                 continue
 
@@ -612,7 +612,12 @@ class JobController:
         updated = dict(job)
         updated["status"] = ordered
         return self.store.update(
-            "jobs", job["metadata"]["namespace"], updated, subresource="status", validate=False
+            "jobs",
+            job["metadata"]["namespace"],
+            updated,
+            subresource="status",
+            validate=False,
+            owned=True,
         )
 
     def _handle_ttl(self, job: Obj) -> None:

@@ -322,7 +322,12 @@ class Kubelet:
             "qosClass": pod["status"].get("qosClass", "BestEffort"),
         }
         pod = self.store.update(
-            "pods", pod["metadata"]["namespace"], updated, subresource="*", validate=False
+            "pods",
+            pod["metadata"]["namespace"],
+            updated,
+            subresource="*",
+            validate=False,
+            owned=True,
         )
         usage = self._used[pod["metadata"]["uid"]] = dict(self._requests(pod))
         for name, value in usage.items():
@@ -648,7 +653,12 @@ class Kubelet:
         updated = dict(pod)
         updated["status"] = status
         self.store.update(
-            "pods", pod["metadata"]["namespace"], updated, subresource="status", validate=False
+            "pods",
+            pod["metadata"]["namespace"],
+            updated,
+            subresource="status",
+            validate=False,
+            owned=True,
         )
 
 
