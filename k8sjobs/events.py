@@ -68,24 +68,30 @@ class StepEvent:
 class EventLog:
     """The last ``limit`` events of one step, each pod's failure recorded once."""
 
+    __slots__ = ("_events", "_limit", "_seen")
+
     def __init__(self, limit: int = EVENT_LIMIT) -> None:
-        self._events: deque[StepEvent] = deque(maxlen=limit)
-        self._seen: set[tuple[str, str]] = set()
+        self._limit = limit
+        # Made at the first event: most steps have none, and a driver keeps 100,000 logs.
+        self._events: deque[StepEvent] | None = None
+        self._seen: set[tuple[str, str]] | None = None
 
     def add(self, event: StepEvent) -> bool:
         """Keep ``event``; return False if this pod's failure was already recorded."""
         key = (event.pod, event.reason)
-        if key in self._seen:
+        if self._seen is None or self._events is None:
+            self._seen, self._events = set(), deque(maxlen=self._limit)
+        elif key in self._seen:
             return False
         self._seen.add(key)
         self._events.append(event)
         return True
 
     def __iter__(self) -> Iterator[StepEvent]:
-        return iter(self._events)
+        return iter(self._events or ())
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._events or ())
 
 
 def pod_event(job: Obj, pod: Obj, *, deleted: bool = False) -> StepEvent | None:

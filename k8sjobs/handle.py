@@ -69,7 +69,9 @@ class StepHandle:
         self.backend = backend
         self.step = step
         self._result = StepResult(name=name)
-        self._done = asyncio.Event()
+        # Made when someone waits for a step still running: a driver holds 100,000 handles,
+        # most of them never awaited before they end (an asyncio.Event costs ~400 bytes).
+        self._done: asyncio.Event | None = None
         self._listeners: list[Callable[[StepHandle], None]] = []
         self._events = EventLog()
 
@@ -99,7 +101,7 @@ class StepHandle:
     @property
     def done(self) -> bool:
         """Return whether the step has reached a terminal state."""
-        return self._done.is_set()
+        return self._result.state.terminal
 
     async def wait(self, timeout: float | None = None, *, check: bool = False) -> StepResult:
         """Return the final result once the step ends.
@@ -107,8 +109,11 @@ class StepHandle:
         Raises ``TimeoutError`` after ``timeout`` seconds (the step keeps running), and
         ``StepFailed`` if ``check`` is true and the step did not succeed.
         """
-        async with asyncio.timeout(timeout):
-            await self._done.wait()
+        if not self.done:
+            if self._done is None:
+                self._done = asyncio.Event()
+            async with asyncio.timeout(timeout):
+                await self._done.wait()
         if check and not self._result.ok:
             raise StepFailed(self._result.describe(), self._result)
         return self._result
@@ -159,7 +164,7 @@ class StepHandle:
             return False
         changed_state = result.state is not current.state
         self._result = result
-        if result.state.terminal:
+        if result.state.terminal and self._done is not None:
             self._done.set()
         if changed_state or result.state.terminal:
             for listener in list(self._listeners):

@@ -127,21 +127,45 @@ _DROP_STATUS = frozenset(
 )
 
 
-def _compact(value: Any) -> Any:
+def _compact(value: Any, share: bool = True) -> Any:
     """Return ``value`` rebuilt with interned keys and strings, without nulls and the fields
     in ``_DROP_STATUS``: each decoded event has its own copy of every key and of repeated
-    values ("True", "Completed", a timestamp), which at 100,000 steps is most of the cache."""
+    values ("True", "Completed", a timestamp), which at 100,000 steps is most of the cache.
+    With ``share``, maps of plain values (a condition, a terminated state) are shared, see
+    ``_shared``; without, for the maps unique to one object (its metadata, its labels)."""
     if isinstance(value, dict):
-        return {
-            sys.intern(k): _compact(v)
+        kept = {
+            sys.intern(k): _compact(v, share)
             for k, v in value.items()
             if v is not None and k not in _DROP_STATUS
         }
+        return _shared(kept) if share else kept
     if isinstance(value, list):
-        return [_compact(v) for v in value]
+        return [_compact(v, share) for v in value]
     if isinstance(value, str):
         return sys.intern(value)
     return value
+
+
+# One copy of each map of plain values the cache holds: steps that changed in the same second
+# have equal conditions and states (a pod's five conditions are ~1.5 KB). Cached bodies are
+# never changed in place, so sharing is safe; the table is emptied when full (sharing is
+# only a saving).
+_SHARED: dict[tuple[tuple[str, Any], ...], Obj] = {}
+_SHARED_LIMIT = 1 << 16
+
+
+def _shared(leaf: Obj) -> Obj:
+    """Return the shared copy of ``leaf`` if its values are all strings and integers."""
+    if not all(type(v) is str or type(v) is int for v in leaf.values()):
+        return leaf
+    key = tuple(leaf.items())
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        _SHARED[key] = found = leaf
+    return found
 
 
 def slim(obj: Mapping[str, Any]) -> Obj:
@@ -160,7 +184,12 @@ def slim(obj: Mapping[str, Any]) -> Obj:
     kept_spec = {"suspend": spec.get("suspend")}
     # judge() reads who decides a multi-node launch, and the rules that name a failure.
     kept_spec |= {k: spec[k] for k in _KEEP_SPEC if k in spec}
-    return {"metadata": kept, "spec": kept_spec, "status": _compact(obj.get("status") or {})}
+    # Interned: a Job's name is also its pods' owner name and two labels of each.
+    return {
+        "metadata": _compact(kept, share=False),
+        "spec": kept_spec,
+        "status": _compact(obj.get("status") or {}),
+    }
 
 
 class Cache:
