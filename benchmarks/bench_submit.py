@@ -42,7 +42,7 @@ from k8sjobs.session import Session
 from k8sjobs.spec import Step
 
 SERVER = """
-import asyncio, json, sys, time
+import asyncio, json, resource, sys, time
 from k8sjobs.testing import ControllerConfig, FakeCluster, NodeConfig
 TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
 
@@ -65,6 +65,10 @@ async def main():
         while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
             if line == "reset":
                 c.requests.reset(); print("{}", flush=True)
+            elif line == "usage":  # the fake's own peak RSS and CPU seconds
+                u = resource.getrusage(resource.RUSAGE_SELF)
+                print(json.dumps({"rss_mb": u.ru_maxrss / 1024, "cpu_s": u.ru_utime + u.ru_stime}),
+                      flush=True)
             elif line == "terminal":
                 print(json.dumps(terminal), flush=True)
             elif line == "counts":
@@ -480,16 +484,19 @@ async def scale_table(cluster: Cluster, sizes: list[int]) -> None:
     print(f"\n{load_line()} at the start")
     print(
         "| concurrent steps | terminal | driver peak RSS MB (floor < 1,500) | driver CPU s "
-        "per 1,000 steps | writes per step | lists / watches | reads per step |"
+        "per 1,000 steps | fake peak RSS MB | fake CPU s per 1,000 steps | writes per step "
+        "| lists / watches | reads per step |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     base: float | None = None
     for n in sizes:
         async with cluster.row(f"scale{n}") as (server, kubeconfig, ns):
             if server is not None:
                 await server.ask("reset")
+                before = await server.ask("usage")
             row = await scale_row(kubeconfig, ns, n)
             counts = await server.ask("counts") if server is not None else {}
+            fake = await server.ask("usage") if server is not None else {}
         per_1000 = row["cpu_s"] / n * 1000
         base = per_1000 if base is None and n >= 10_000 else base
         writes = sum(v for k, v in counts.items() if k.startswith(("create", "patch", "update")))
@@ -499,7 +506,15 @@ async def scale_table(cluster: Cluster, sizes: list[int]) -> None:
         bill = (
             f"{writes / n:.2f} | {lists} / {watches} | {reads / n:.3f}" if counts else "- | - | -"
         )
-        print(f"| {n:,} | {row['terminal']:,.0f} | {row['rss_mb']:.0f} | {per_1000:.2f} | {bill} |")
+        fake_cost = (
+            f"{fake['rss_mb']:.0f} | {(fake['cpu_s'] - before['cpu_s']) / n * 1000:.2f}"
+            if fake
+            else "- | -"
+        )
+        print(
+            f"| {n:,} | {row['terminal']:,.0f} | {row['rss_mb']:.0f} | {per_1000:.2f} | "
+            f"{fake_cost} | {bill} |"
+        )
     print(f"{load_line()} at the end")
 
 
