@@ -7,6 +7,7 @@ The 10,000-step run is in the default suite (CI runs it); the 100,000-step run i
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -53,3 +54,23 @@ async def test_every_step_ends_on_three_writes_and_one_list_and_watch_per_kind(
         "list pods": 1,
     }, counts
     assert 1 <= counts["watch jobs"] <= 10 and 1 <= counts["watch pods"] <= 10, counts
+
+
+async def test_submit_many_runs_limit_senders_not_a_task_per_step(cluster: FakeCluster) -> None:
+    """100,000 steps waiting their turn as tasks cost the driver ~200 MB: the tasks alive
+    while submit_many runs stay near ``limit``, whatever the number of steps."""
+    batch = [Step(name=f"t{i}", script="true") for i in range(300)]
+    options = {"qps": 0}
+    async with Session(study="tasks", kubeconfig=cluster.kubeconfig_path, options=options) as s:
+        before = len(asyncio.all_tasks())
+        submitting = asyncio.create_task(s.submit_many(batch, limit=4))
+        most = 0
+        while not submitting.done():
+            most = max(most, len(asyncio.all_tasks()))
+            await asyncio.sleep(0)
+        handles = await submitting
+        results = await s.gather(*handles, timeout=600)
+    assert all(r.ok for r in results), Counter(str(r.state) for r in results)
+    # The submit and its senders, the in-process fake server's connection handlers, the
+    # session's watches: a few dozen at most, where a task per step made it 300 more.
+    assert most - before < 60, (before, most)
