@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,17 +192,29 @@ class KubeClient:
         start.
         """
         items: list[Any] = []
+        page: dict[str, Any] = {}
+        async for page in self.list_pages(kind, namespace, selector, limit=limit):
+            items.extend(page.get("items") or ())
+        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        return {**page, "metadata": {"resourceVersion": version}, "items": items}
+
+    async def list_pages(
+        self, kind: Kind, namespace: str, selector: str = "", *, limit: int = 500
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield each page of the List of objects matching ``selector`` (see ``list_all``).
+
+        For a caller that digests a page before asking for the next: a relist of 100,000
+        Jobs decoded at once is ~2 GB, a page of 500 ~10 MB.
+        """
         paging = {"limit": str(limit)} if limit else {}
         params = paging
         while True:
             page = await self.list(kind, namespace, selector, **params)
-            items.extend(page.get("items") or ())
+            yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:
-                break
+                return
             params = {**paging, "continue": token}
-        version = str((page.get("metadata") or {}).get("resourceVersion") or "")
-        return {**page, "metadata": {"resourceVersion": version}, "items": items}
 
     async def merge_patch(
         self,

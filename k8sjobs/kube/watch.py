@@ -223,15 +223,47 @@ class Cache:
         An object the cache lacks comes out ADDED, one with another resourceVersion
         MODIFIED, one the list lacks DELETED; an unchanged one not at all.
         """
-        fresh = {str(i["metadata"]["name"]): i for i in items}
-        changes = [Change(name, None, "DELETED") for name in self.objects if name not in fresh]
+        relist = Relist(self)
+        relist.take(items)
+        return relist.finish(resource_version)
+
+
+class Relist:
+    """A full list taken page by page into a ``Cache`` (pure): ``Cache.replace`` in parts.
+
+    Only what differs from the cache is kept, slimmed, until ``finish``: a relist of 100,000
+    unchanged objects costs a name each, not a second copy of the cache.
+    """
+
+    def __init__(self, cache: Cache) -> None:
+        self._cache = cache
+        self._fresh: dict[str, Obj | None] = {}  # name -> slim body, None when unchanged
+        self.count = 0
+
+    def take(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Take one page of the list."""
+        objects = self._cache.objects
+        for item in items:
+            meta = item.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            current = objects.get(name)
+            version = str(meta.get("resourceVersion") or "")
+            same = current is not None and current["metadata"].get("resourceVersion") == version
+            self._fresh[name] = None if same else slim(item)
+            self.count += 1
+
+    def finish(self, resource_version: str) -> list[Change]:
+        """Apply the whole list to the cache; return the changes, deletions first."""
+        objects = self._cache.objects
+        changes = [Change(name, None, "DELETED") for name in objects if name not in self._fresh]
         for gone in changes:
-            del self.objects[gone.name]
-        for item in fresh.values():
-            change = self.apply("MODIFIED", item)
-            if change is not None:
-                changes.append(change)
-        self.resource_version = resource_version
+            del objects[gone.name]
+        for name, body in self._fresh.items():
+            if body is not None:
+                kind = "MODIFIED" if name in objects else "ADDED"
+                objects[name] = body
+                changes.append(Change(name, body, kind))
+        self._cache.resource_version = resource_version
         return changes
 
 
@@ -318,19 +350,22 @@ class Informer:
         )
 
     async def _list(self, reason: str) -> None:
-        found = await self.client.list_all(self.kind, self.namespace, self.selector)
-        items, version = found["items"], found["metadata"]["resourceVersion"]
+        relist, version = Relist(self.cache), ""
+        # Page by page, each slimmed before the next: never the whole list decoded at once.
+        async for page in self.client.list_pages(self.kind, self.namespace, self.selector):
+            relist.take(page.get("items") or ())
+            version = str((page.get("metadata") or {}).get("resourceVersion") or "")
         self.relists += 1
         self.stats.relists[reason] += 1
         self._schedule_relist()
-        changes = self.cache.replace(items, version)
+        changes = relist.finish(version)
         if reason != "initial":
             log.info(
                 '%s in namespace "%s" relisted (%s): %d objects, %d changed while unseen',
                 self.kind.plural,
                 self.namespace,
                 reason,
-                len(items),
+                relist.count,
                 len(changes),
             )
         for change in changes:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from k8sjobs.kube.watch import slim
+from k8sjobs.kube.watch import Cache, Relist, slim
 from k8sjobs.status import judge
 
 from ..test_status import REFERENCE, transcript_states
@@ -64,3 +66,35 @@ def test_equal_conditions_of_two_cached_pods_are_one_map() -> None:
     assert first["metadata"]["name"] != second["metadata"]["name"]
     flagged, counted = (slim({"status": {"x": {"n": v}}}) for v in (True, 1))
     assert flagged["status"]["x"]["n"] is True and counted["status"]["x"]["n"] == 1
+
+
+class _Body(dict[str, Any]):
+    """A decoded object that can be watched for its release (a dict takes no weakref)."""
+
+
+def test_a_relist_taken_page_by_page_keeps_no_decoded_page() -> None:
+    """A relist of 100,000 Jobs decoded at once was ~2 GB: each page is slimmed and let go,
+    and the changes equal those of ``Cache.replace`` taking the whole list."""
+    cache, whole = Cache(), Cache()
+
+    def obj(name: str, version: int) -> _Body:
+        meta = {"name": name, "resourceVersion": str(version)}
+        return _Body(metadata=meta, spec={"template": {"x": "y" * 100}}, status={"active": 1})
+
+    for target in (cache, whole):
+        for i in range(6):
+            target.apply("ADDED", obj(f"o{i}", i))
+    pages = [[obj("o0", 0), obj("o1", 11)], [obj("o2", 2), obj("n9", 19)]]  # o3..o5 gone
+    relist = Relist(cache)
+    released = []
+    for page in pages:
+        relist.take(page)
+        released += [weakref.ref(item) for item in page]
+    expected = whole.replace([item for page in pages for item in page], "20")
+    del pages, page
+    gc.collect()
+    assert all(ref() is None for ref in released)
+    changes = relist.finish("20")
+    assert [(c.name, c.type, c.obj) for c in changes] == [(c.name, c.type, c.obj) for c in expected]
+    assert [c.name for c in changes] == ["o3", "o4", "o5", "o1", "n9"]
+    assert cache.objects == whole.objects and cache.resource_version == "20"
