@@ -293,7 +293,7 @@ async def polling(kubeconfig: str, server: Server, n: int, interval: float) -> d
     }
 
 
-async def scale(kubeconfig: str, ns: str, n: int) -> dict[str, float]:
+async def scale(kubeconfig: str, ns: str, n: int) -> dict[str, Any]:
     """Submit ``n`` concurrent steps and wait for them all; return what the driver spent.
 
     Runs in a process of its own (``--scale-child``), so its peak RSS and CPU seconds
@@ -304,16 +304,18 @@ async def scale(kubeconfig: str, ns: str, n: int) -> dict[str, float]:
     await s.start()
     handles = await s.submit_many(steps("x", n, duration=2.0), limit=128)
     results = await s.gather(*handles, timeout=24 * 3600)
+    relists = s.watch_stats.relists  # "initial" per kind, then the 15-minute safety net's
     await s.aclose()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "terminal": sum(r.state.terminal for r in results),
         "rss_mb": usage.ru_maxrss / 1024,
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        "relists": ", ".join(f"{n} {why}" for why, n in sorted(relists.items())),
     }
 
 
-async def scale_row(kubeconfig: str, ns: str, n: int) -> dict[str, float]:
+async def scale_row(kubeconfig: str, ns: str, n: int) -> dict[str, Any]:
     """Run ``scale`` for ``n`` steps in a child driver process; return its figures."""
     child = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -485,9 +487,9 @@ async def scale_table(cluster: Cluster, sizes: list[int]) -> None:
     print(
         "| concurrent steps | terminal | driver peak RSS MB (floor < 1,500) | driver CPU s "
         "per 1,000 steps | fake peak RSS MB | fake CPU s per 1,000 steps | writes per step "
-        "| lists / watches | reads per step |"
+        "| lists / watches | driver relists | reads per step |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base: float | None = None
     for n in sizes:
         async with cluster.row(f"scale{n}") as (server, kubeconfig, ns):
@@ -504,7 +506,9 @@ async def scale_table(cluster: Cluster, sizes: list[int]) -> None:
         watches = sum(v for k, v in counts.items() if k.startswith("watch"))
         reads = sum(v for k, v in counts.items() if k.startswith("get"))
         bill = (
-            f"{writes / n:.2f} | {lists} / {watches} | {reads / n:.3f}" if counts else "- | - | -"
+            f"{writes / n:.2f} | {lists} / {watches} | {row['relists']} | {reads / n:.3f}"
+            if counts
+            else f"- | - | {row['relists']} | -"
         )
         fake_cost = (
             f"{fake['rss_mb']:.0f} | {(fake['cpu_s'] - before['cpu_s']) / n * 1000:.2f}"
