@@ -96,14 +96,9 @@ _KEEP_ANNOTATIONS = (
     "k8sjobs.io/step-name",
     "k8sjobs.io/study-name",
     "k8sjobs.io/outputs",
+    "k8sjobs.io/failed-outputs",
     # judge() names the index of a multi-node step's failed pod.
     "batch.kubernetes.io/job-completion-index",
-)
-_KEEP_ANNOTATIONS = (
-    "k8sjobs.io/step-name",
-    "k8sjobs.io/study-name",
-    "k8sjobs.io/outputs",
-    "k8sjobs.io/failed-outputs",
 )
 # Spec fields read after submission: suspension, and the rules that name a failure's cause.
 _KEEP_SPEC = ("successPolicy", "podFailurePolicy", "activeDeadlineSeconds")
