@@ -205,12 +205,18 @@ def _launch_failed(result: StepResult, failed_pods: list[Obj]) -> StepResult:
     """Return why a launched step failed: its launcher's exit, or the worker that died.
 
     Any failed index fails the Job at once, and the job controller then stops the rest, so
-    several pods end Failed; the one to blame ended first. On a tie (one second apart at
+    several pods end Failed; the one to blame ended first, but a worker that died always
+    comes before the launcher's own exit (which it caused). On a tie (one second apart at
     most) a worker that died by itself is blamed, then a launcher that exited by itself, a
     pod that was deleted last: a launcher's MPI gives up within that second when a node is
     lost (MPICH's Hydra does), while a worker's sshd never ends because the launcher did.
     """
     culprit = min(failed_pods, key=_blame_order)
+    if _pod_index(culprit) <= 0 and not _stopped(culprit):
+        # A launcher's MPI exits when it loses a node, but a worker's sshd never ends
+        # because the launcher did: a worker that died is the cause, whenever it was seen.
+        died = [p for p in failed_pods if _pod_index(p) > 0 and not _stopped(p)]
+        culprit = min(died, key=_blame_order, default=culprit)
     index = _pod_index(culprit)
     reason, message, code = pod_failure(culprit)
     # Workers the controller stopped after the failure are not news; ones that died are.

@@ -374,6 +374,14 @@ def test_a_worker_that_died_in_the_launchers_second_is_blamed() -> None:
     assert result.message.startswith("worker index 1 ")
 
 
+def test_a_worker_that_died_is_blamed_even_when_seen_after_the_launcher() -> None:
+    # Its pod reported after the launcher's mpiexec gave up on it (the status came later).
+    pods = [_indexed(0, 255, 4), _indexed(1, 137, 6), _indexed(2, 143, 7)]
+    result = _judge(_launched(_MAX), *pods)
+    assert (result.reason, result.exit_code) == ("WorkerFailed", 137)
+    assert result.message.startswith("worker index 1 ")
+
+
 def test_a_stopped_launcher_in_the_workers_second_is_not_blamed() -> None:
     pods = [_indexed(0, 143, 4), _indexed(1, 1, 4)]
     result = _judge(_launched(_MAX), *pods)

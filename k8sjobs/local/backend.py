@@ -513,6 +513,7 @@ class _JobRun:
                         failed.add(index)
                         status["failedIndexes"] = format_indexes(failed)
                         if max_failed is not None and len(failed) > int(max_failed):
+                            await self._let_dead_pods_report()
                             self._interim("FailureTarget", *_INDEX_FAILURES["max-failed-indexes"])
                             raise _IndexesFailed  # the task group stops the other indexes
                         return
@@ -551,6 +552,20 @@ class _JobRun:
         if outcome == "" and failed:
             outcome = "failed-indexes"
         return outcome
+
+    async def _let_dead_pods_report(self) -> None:
+        """Wait (bounded) until every pod whose program has already died has reported it.
+
+        A launcher's MPI exits because a worker died, so the worker's program ended first;
+        but a pod reports only once its keeper has swept the rest of it, which may be after
+        the launcher reported. Judging in between would blame the launcher's exit code.
+        """
+        pods = list(self.pods.values())
+        # Its keeper kills what the program left, within kill_grace; then the pod reports.
+        for _ in range(int((self.backend.runner.kill_grace + 10) / _REPORT_POLL)):
+            if not await anyio.to_thread.run_sync(_any_died_unreported, pods):
+                return
+            await asyncio.sleep(_REPORT_POLL)
 
     async def _cancel_requested(self) -> bool:
         return await anyio.Path(self.path.with_suffix(".cancel")).exists()
@@ -727,6 +742,31 @@ class _JobRun:
         # One write at a time, each of the latest record, so the file never goes back in time.
         async with self._save_lock:
             await _write_json(self.path, self.record())
+
+
+_REPORT_POLL = 0.05
+
+
+def _any_died_unreported(pods: list[dict[str, Any]]) -> bool:
+    """Return whether a pod still shown running has a container whose process is gone."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in status.get("containerStatuses") or ():
+            pid = str(container.get("containerID", "")).removeprefix("local://")
+            if "running" in (container.get("state") or {}) and pid.isdigit() and _gone(int(pid)):
+                return True
+    return False
+
+
+def _gone(pid: int) -> bool:
+    """Return whether a process has ended (a zombie has: only its reaping is left)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
 
 
 def _log_pod(pods: list[str], job_name: str) -> str:
