@@ -79,6 +79,10 @@ asyncio.run(main())
 """
 
 
+# Seconds the fake cluster process may take to answer or to stop: a wait on it is never silent.
+SERVER_BOUND = 120
+
+
 class Server:
     """The fake cluster in a child process, driven over its stdin."""
 
@@ -100,12 +104,25 @@ class Server:
 
     async def _line(self) -> str:
         assert self.proc.stdout is not None
-        return (await self.proc.stdout.readline()).decode()
+        try:
+            async with asyncio.timeout(SERVER_BOUND):
+                return (await self.proc.stdout.readline()).decode()
+        except TimeoutError:
+            raise RuntimeError(f"the fake cluster did not answer within {SERVER_BOUND} s") from None
 
     async def stop(self) -> None:
+        """Close the server's stdin and wait for it to exit; kill it, loudly, if it does not."""
         assert self.proc.stdin is not None
         self.proc.stdin.close()
-        await self.proc.wait()
+        try:
+            async with asyncio.timeout(SERVER_BOUND):
+                await self.proc.wait()
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise RuntimeError(
+                f"the fake cluster did not stop within {SERVER_BOUND} s of being asked (killed)"
+            ) from None
 
 
 def steps(prefix: str, n: int, duration: float = 0.05) -> list[Step]:

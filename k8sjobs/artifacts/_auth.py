@@ -134,7 +134,8 @@ async def run_credential_helper(
             f"Credential helper {program} for {host} cannot be run: {exc.strerror}."
         ) from exc
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(host.encode()), timeout)
+        async with asyncio.timeout(timeout):
+            out, _ = await proc.communicate(host.encode())
     except TimeoutError:
         raise AuthenticationError(
             f"Credential helper {program} did not answer for {host} within {timeout:g} s."

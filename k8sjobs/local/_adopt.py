@@ -77,7 +77,8 @@ class Keeper:
         """Stop the container's tree as its own driver would, and wait until it is gone."""
         self.signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self._ended()), grace + 5.0)
+            async with asyncio.timeout(grace + 5.0):
+                await asyncio.shield(self._ended())
         self.signal(signal.SIGKILL)
 
     async def _ended(self) -> int:

@@ -204,9 +204,8 @@ class Supervisor:
         _signal(self.process.pid, signal.SIGTERM)
         # A second cancellation only shortens the wait.
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(
-                asyncio.shield(self.process.wait()), self.kill_grace + _KEEPER_MARGIN
-            )
+            async with asyncio.timeout(self.kill_grace + _KEEPER_MARGIN):
+                await asyncio.shield(self.process.wait())
         if self.process.returncode is None:  # its pid is its own until it has ended
             _signal_group(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(asyncio.CancelledError):

@@ -505,7 +505,8 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
     """Stop a command's process group: SIGTERM, then SIGKILL after the grace time."""
     _signal_group(process.pid, signal.SIGTERM)
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(process.wait(), _STOP_GRACE)
+        async with asyncio.timeout(_STOP_GRACE):
+            await process.wait()
     _signal_group(process.pid, signal.SIGKILL)
 
 

@@ -140,7 +140,8 @@ class FakeCluster:
         """Stop everything; the temporary directory (if any) is removed."""
         # A client that keeps a connection open must not hold up a test's teardown.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.server.stop(), timeout=5)
+            async with asyncio.timeout(5):
+                await self.server.stop()
         await self.controller.stop()
         await self.kubelet.stop()
         if self._tmp is not None:
