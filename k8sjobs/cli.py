@@ -15,17 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
+from ._statustable import Progress, status_table
 from .artifacts.cli import add_artifact_commands
 from .errors import K8sJobsError, StudyError
 from .rbac import add_rbac_command
@@ -33,28 +31,15 @@ from .render import HANDOFF_IMAGE, Target, render
 from .session import Session
 from .spec import Step
 from .sshkey import key_for
-from .state import StepResult, StepState
 from .study import (
-    StepRecord,
-    Study,
     StudyRun,
     load_study,
     parse_study,
     read_study_text,
     read_yaml,
-    summarize,
 )
 
 __all__ = ["main"]
-
-_STYLE = {
-    StepState.PENDING: "dim",
-    StepState.RUNNING: "cyan",
-    StepState.SUCCEEDED: "green",
-    StepState.FAILED: "bold red",
-    StepState.CANCELLED: "yellow",
-    StepState.LOST: "magenta",
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -263,13 +248,14 @@ def _local_options(args: argparse.Namespace) -> dict[str, object]:
 async def _cmd_run(args: argparse.Namespace) -> int:
     study = load_study(args.study, name=args.name)
     console = Console(soft_wrap=True, highlight=False)
-    display = _Progress(study, console, live=console.is_terminal and not args.plain)
+    names = [s.name for s in study.steps]
+    display = Progress(names, console, live=console.is_terminal and not args.plain)
     async with _session(args, study.name) as session:
         run = StudyRun(
             study,
             session,
             max_parallel=args.max_parallel,
-            on_change=display.update,
+            on_change=lambda record: display.update(record.result),
             replace=args.replace,
         )
         run.record_to(args.state_dir / "runs")
@@ -302,7 +288,7 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         if not handles:
             print(f'study "{args.study}": no steps found', file=sys.stderr)
             return 1
-        Console().print(_table([h.result for h in handles]))
+        Console().print(status_table([h.result for h in handles]))
         for handle in handles:  # each failed, evicted or deleted pod, and what it cost
             for event in handle.events:
                 print(f"  {handle.name}: {event.describe()}")
@@ -399,63 +385,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     output.write_text(timeline_html(run))
     print(f"wrote {output}")
     return 0
-
-
-def _table(results: Sequence[StepResult]) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("step", "state", "duration", "reason"):
-        table.add_column(column)
-    for r in results:
-        duration = "" if r.duration is None else f"{r.duration:.1f}s"
-        # Text, not markup: step names such as "transform[SHARD=0]" look like rich tags.
-        state = Text(str(r.state), style=_STYLE[r.state])
-        table.add_row(Text(r.name), state, duration, Text(r.message or r.reason))
-    return table
-
-
-class _Progress:
-    """Shows a run: a live table on a terminal, one line per change elsewhere."""
-
-    def __init__(self, study: Study, console: Console, *, live: bool) -> None:
-        self.console = console
-        self.start = time.monotonic()
-        self.records: dict[str, StepResult] = {s.name: StepResult(name=s.name) for s in study.steps}
-        self._live = Live(self._render(), console=console, refresh_per_second=4) if live else None
-
-    def __enter__(self) -> _Progress:
-        if self._live:
-            self._live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._live:
-            self._live.update(self._render())
-            self._live.__exit__(None, None, None)
-
-    def update(self, record: StepRecord) -> None:
-        result = record.result
-        before = self.records.get(result.name)
-        self.records[result.name] = result
-        if self._live:
-            self._live.update(self._render())
-        elif before is None or before.state is not result.state:
-            why = f" ({result.message or result.reason})" if result.state.terminal else ""
-            elapsed = time.monotonic() - self.start
-            print(f"[{elapsed:7.1f}s] {result.name}: {result.state}{why}", flush=True)
-
-    def _render(self) -> Table:
-        return _table(list(self.records.values()))
-
-    def summary(self, results: Sequence[StepResult], study: str, saved: Path) -> None:
-        counts = summarize(results)
-        elapsed = time.monotonic() - self.start
-        text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
-        self.console.print(f"\n{len(results)} steps in {elapsed:.1f}s: {text}", highlight=False)
-        for r in results:
-            if not r.ok:
-                where = f"; log: {r.log_file}" if r.log_file else ""
-                self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
-        self.console.print(f"timeline: k8sjobs report {study} (run data in {saved})")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,196 @@
+"""The status table of ``k8sjobs run`` and ``k8sjobs status``, and its live view.
+
+A live table that rebuilt every step's row on each change would cost the study's size per
+change, so a study of n steps with a few changes each would cost n squared. ``LiveView``
+keeps what it shows current in O(1) per change (the counts per state, the running steps,
+the last steps that changed) and draws at most a terminal's height of rows when asked;
+``Progress`` asks at most ``rate`` times a second, and draws the complete table once, at
+the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .state import StepResult, StepState
+from .study import summarize
+
+__all__ = ["LiveView", "Progress", "status_table"]
+
+_STYLE = {
+    StepState.PENDING: "dim",
+    StepState.RUNNING: "cyan",
+    StepState.SUCCEEDED: "green",
+    StepState.FAILED: "bold red",
+    StepState.CANCELLED: "yellow",
+    StepState.LOST: "magenta",
+}
+# Lines of a bounded view that are not step rows: the summary, the header, its rule, and
+# the line the live display keeps below itself.
+_CHROME = 4
+
+
+def status_table(results: Iterable[StepResult]) -> Table:
+    """Return a table of ``results``, one row a step: name, state, duration, reason."""
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("step", "state", "duration", "reason"):
+        table.add_column(column)
+    for r in results:
+        duration = "" if r.duration is None else f"{r.duration:.1f}s"
+        # Text, not markup: step names such as "transform[SHARD=0]" look like rich tags.
+        state = Text(str(r.state), style=_STYLE[r.state])
+        table.add_row(Text(r.name), state, duration, Text(r.message or r.reason))
+    return table
+
+
+class LiveView:
+    """What the live table shows, kept current in O(1) per change (a rich renderable).
+
+    A study that fits the terminal is drawn whole. A larger one is drawn as a summary line
+    (steps per state) above the rows that matter now: the running steps, then the steps
+    that changed last, in study order; never more rows than the terminal has lines.
+    ``rows_drawn`` and ``draws`` count what drawing cost, for tests and benchmarks.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.results = {name: StepResult(name=name) for name in names}
+        self._order = {name: i for i, name in enumerate(names)}
+        self.counts: Counter[StepState] = Counter({StepState.PENDING: len(names)})
+        self._running: dict[str, None] = {}  # an ordered set: oldest start first
+        self._recent: dict[str, None] = {}  # the same, by last change
+        self.rows_drawn = 0
+        self.draws = 0
+
+    def change(self, result: StepResult) -> None:
+        """Take a step's new result (the cost does not depend on the study's size)."""
+        before = self.results.get(result.name)
+        if before is not None:
+            self.counts[before.state] -= 1
+        else:
+            self._order[result.name] = len(self._order)
+        self.counts[result.state] += 1
+        self.results[result.name] = result
+        self._running.pop(result.name, None)
+        if result.state is StepState.RUNNING:
+            self._running[result.name] = None
+        self._recent.pop(result.name, None)
+        self._recent[result.name] = None
+        if len(self._recent) > 1024:  # more than any terminal shows
+            del self._recent[next(iter(self._recent))]
+
+    def rows(self, budget: int) -> list[StepResult]:
+        """Return the rows to draw in ``budget`` lines: all of them if they fit."""
+        if len(self.results) <= budget:
+            return list(self.results.values())
+        chosen: dict[str, None] = {}
+        newest_first = itertools.chain(reversed(self._running), reversed(self._recent))
+        for name in newest_first:
+            if len(chosen) >= budget:
+                break
+            chosen[name] = None
+        return [self.results[n] for n in sorted(chosen, key=self._order.__getitem__)]
+
+    def summary(self) -> str:
+        """Return the counts line: how many steps are in each state (those with any)."""
+        parts = [f"{self.counts[s]} {str(s).lower()}" for s in StepState if self.counts[s]]
+        return f"{len(self.results)} steps: " + ", ".join(parts)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        height = options.height or console.height
+        budget = max(1, height - _CHROME)
+        rows = self.rows(budget)
+        self.draws += 1
+        self.rows_drawn += len(rows)
+        if len(rows) < len(self.results):
+            yield Text(self.summary() + f" (showing {len(rows)}: running, then latest)")
+        yield status_table(rows)
+
+
+class Progress:
+    """Shows a run: a live table on a terminal, one line per change elsewhere.
+
+    On a terminal each change updates a ``LiveView`` and asks for a draw; draws happen at
+    most ``rate`` times a second (a change in between is drawn by a timer at the next
+    slot), and the complete table is drawn once when the run ends. ``clock`` is for tests.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        console: Console,
+        *,
+        live: bool,
+        rate: float = 4.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console = console
+        self.start = clock()
+        self.view = LiveView(names)
+        self._clock = clock
+        self._gap = 1.0 / rate
+        self._next_draw = self.start
+        self._timer: asyncio.TimerHandle | None = None
+        self._live = Live(self.view, console=console, auto_refresh=False) if live else None
+
+    def __enter__(self) -> Progress:
+        if self._live:
+            self._live.start()
+            self._draw()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._live:
+            # The end: every row, once, in full (rich draws past the terminal's height here).
+            self._live.update(status_table(self.view.results.values()))
+            self._live.stop()
+
+    def update(self, result: StepResult) -> None:
+        """Take a step's new result: ask for a draw, or print its line if its state changed."""
+        before = self.view.results.get(result.name)
+        self.view.change(result)
+        if self._live:
+            self._ask_draw()
+        elif before is None or before.state is not result.state:
+            why = f" ({result.message or result.reason})" if result.state.terminal else ""
+            elapsed = self._clock() - self.start
+            print(f"[{elapsed:7.1f}s] {result.name}: {result.state}{why}", flush=True)
+
+    def _ask_draw(self) -> None:
+        """Draw now if the last draw is ``1/rate`` s old, else make sure a timer will."""
+        now = self._clock()
+        if now >= self._next_draw:
+            self._draw()
+        elif self._timer is None:
+            delay = self._next_draw - now
+            self._timer = asyncio.get_running_loop().call_later(delay, self._draw)
+
+    def _draw(self) -> None:
+        self._timer = None
+        self._next_draw = self._clock() + self._gap
+        if self._live is not None and self._live.is_started:
+            self._live.refresh()
+
+    def summary(self, results: Sequence[StepResult], study: str, saved: Path) -> None:
+        """Print the run's last lines: steps per state, each failure, where the record is."""
+        counts = summarize(results)
+        elapsed = self._clock() - self.start
+        text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
+        self.console.print(f"\n{len(results)} steps in {elapsed:.1f}s: {text}", highlight=False)
+        for r in results:
+            if not r.ok:
+                where = f"; log: {r.log_file}" if r.log_file else ""
+                self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
+        self.console.print(f"timeline: k8sjobs report {study} (run data in {saved})")

@@ -1,0 +1,142 @@
+"""The live table of ``k8sjobs run``: bounded cost per change, and a true final table.
+
+Cost is counted in rows drawn (``LiveView.rows_drawn``) and draws, never in time: a clock
+is passed in, so "a second later" is a number, not a sleep.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from k8sjobs._statustable import LiveView, Progress
+from k8sjobs.state import StepResult, StepState
+
+from .waiting import wait_until
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+HEIGHT = 30
+BUDGET = HEIGHT - 4  # the summary, the header, its rule, the line below the live display
+
+
+class Clock:
+    """A clock that moves only when told (``tick`` seconds per reading when given)."""
+
+    def __init__(self, tick: float = 0.0) -> None:
+        self.now = 0.0
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def terminal() -> Console:
+    return Console(file=io.StringIO(), force_terminal=True, width=100, height=HEIGHT)
+
+
+def lifecycle(names: list[str]) -> Iterator[StepResult]:
+    """Each step goes RUNNING, then ends (every seventh FAILED), in a rolling window."""
+    window = 40
+    for i, name in enumerate([*names, *[""] * window]):
+        if name:
+            yield StepResult(name=name, state=StepState.RUNNING, reason="Running")
+        if i >= window:
+            done = names[i - window]
+            state = StepState.FAILED if (i - window) % 7 == 0 else StepState.SUCCEEDED
+            yield StepResult(name=done, state=state, reason=str(state).title())
+
+
+@pytest.mark.parametrize("n", [20, 100, 5000])
+async def test_rows_drawn_per_draw_stay_within_the_terminal(n: int) -> None:
+    names = [f"step-{i}" for i in range(n)]
+    clock = Clock()
+    progress = Progress(names, terminal(), live=True, clock=clock)
+    view = progress.view
+    most = changes = 0
+    every = max(1, n // 50)  # about 100 draws whatever the size (each costs real time)
+    with progress:
+        for result in lifecycle(names):
+            before = view.rows_drawn
+            changes += 1
+            if changes % every == 0:
+                clock.now += 1.0  # a draw is due at this change
+            progress.update(result)
+            most = max(most, view.rows_drawn - before)
+        assert view.draws == changes // every + 1  # the first draw, then one per due change
+    # A study that fits is drawn whole; a larger one never more rows than the terminal has.
+    assert most == (n if n <= BUDGET else BUDGET)
+
+
+async def test_draws_are_at_most_rate_per_second_and_the_last_one_is_current() -> None:
+    names = [f"step-{i}" for i in range(5000)]
+    console = terminal()
+    clock = Clock()  # frozen: every change after the first draw falls in the same slot
+    progress = Progress(names, console, live=True, clock=clock, rate=4)
+    with progress:
+        for result in lifecycle(names):
+            progress.update(result)
+        assert progress.view.draws == 1  # 10,000 changes, no draw: the slot is taken
+        await wait_until(lambda: progress.view.draws == 2, "the timer draws the pending changes")
+        shown = console.file.getvalue()  # type: ignore[attr-defined]
+        assert "5000 steps: 4285 succeeded, 715 failed" in shown
+        for result in lifecycle(names[:3]):
+            progress.update(result)
+        assert progress.view.draws == 2  # the clock has not moved: the next slot is later
+        clock.now += 0.25
+        progress.update(StepResult(name="step-0", state=StepState.SUCCEEDED))
+        assert progress.view.draws == 3
+
+
+async def test_final_table_lists_every_step_in_its_last_state() -> None:
+    names = [f"step-{i}" for i in range(2000)]
+    console = terminal()
+    progress = Progress(names, console, live=True, clock=Clock())
+    with progress:
+        for result in lifecycle(names):
+            progress.update(result)
+    shown = ANSI.sub("", console.file.getvalue())  # type: ignore[attr-defined]
+    final = shown.rsplit("│ state", 1)[-1]  # the last draw: after its header
+    rows = dict(re.findall(r"(step-\d+)\s+│\s+(\w+)", final))
+    expected = {n: ("FAILED" if i % 7 == 0 else "SUCCEEDED") for i, n in enumerate(names)}
+    assert rows == expected
+
+
+def test_plain_output_prints_one_line_per_state_change(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = Progress(["a", "b"], terminal(), live=False, clock=Clock())
+    progress.update(StepResult(name="a", state=StepState.RUNNING))
+    progress.update(StepResult(name="a", state=StepState.RUNNING, message="still"))
+    progress.update(StepResult(name="a", state=StepState.FAILED, reason="ExitCode"))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("] ")[1] for line in lines] == ["a: RUNNING", "a: FAILED (ExitCode)"]
+
+
+changes = st.lists(st.tuples(st.integers(0, 59), st.sampled_from(list(StepState))), max_size=300)
+
+
+@given(changes, st.integers(1, 80))
+def test_view_counts_and_rows_match_the_results(
+    seq: list[tuple[int, StepState]], budget: int
+) -> None:
+    names = [f"s{i}" for i in range(60)]
+    view = LiveView(names)
+    for i, state in seq:
+        view.change(StepResult(name=names[i], state=state))
+    truth = Counter(r.state for r in view.results.values())
+    assert +view.counts == truth
+    rows = view.rows(budget)
+    assert len(rows) == min(budget, len(names)) or len(rows) <= budget
+    order = [names.index(r.name) for r in rows]
+    assert order == sorted(order)  # study order
+    shown = {r.name for r in rows}
+    running = [n for n, r in view.results.items() if r.state is StepState.RUNNING]
+    if len(running) <= budget:
+        assert set(running) <= shown  # every running step, when they fit
+    assert all(view.results[r.name] is r for r in rows)  # each row is the step's latest
