@@ -14,6 +14,7 @@ HTTP layer, controllers) may keep references without copying.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import datetime as _dt
 import json
@@ -140,6 +141,10 @@ class Store:
         self.validator = validator or Validator()
         self.watch_buffer = watch_buffer
         self._objects: dict[tuple[str, str], dict[str, Obj]] = collections.defaultdict(dict)
+        # The names of each bucket, kept sorted: a page of a paged list starts by bisection,
+        # where sorting and walking every object for each page made a list of 100,000
+        # objects in pages of 500 quadratic.
+        self._names: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
         self._by_uid: dict[str, Key] = {}
         self._dependents: dict[str, set[Key]] = collections.defaultdict(set)
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
@@ -178,11 +183,15 @@ class Store:
         """Yield the objects of `resource`, in one namespace or in all, sorted by key."""
         if namespace is not None:
             bucket = self._objects.get((resource, namespace), {})
-            yield from (bucket[n] for n in sorted(bucket))
+            yield from (bucket[n] for n in list(self._names.get((resource, namespace), ())))
             return
         for res, ns in sorted(k for k in self._objects if k[0] == resource):
             bucket = self._objects[(res, ns)]
             yield from (bucket[n] for n in sorted(bucket))
+
+    def names(self, resource: str, namespace: str) -> list[str]:
+        """Return the sorted names of `resource` in `namespace` (read-only, until a write)."""
+        return self._names.get((resource, namespace), [])
 
     def count(self, resource: str) -> int:
         """Return how many objects of `resource` exist."""
@@ -566,6 +575,8 @@ class Store:
         name = obj["metadata"]["name"]
         old = self._objects[(res.plural, namespace)].get(name)
         self._objects[(res.plural, namespace)][name] = obj
+        if old is None:
+            bisect.insort(self._names[(res.plural, namespace)], name)
         key = (res.plural, namespace, name)
         self._by_uid[obj["metadata"]["uid"]] = key
         self._index_owners(key, old, obj)
@@ -579,7 +590,9 @@ class Store:
         obj = dict(obj)
         obj["metadata"] = dict(obj["metadata"], resourceVersion=str(self.rv))
         name = obj["metadata"]["name"]
-        self._objects[(res.plural, namespace)].pop(name, None)
+        if self._objects[(res.plural, namespace)].pop(name, None) is not None:
+            names = self._names[(res.plural, namespace)]
+            del names[bisect.bisect_left(names, name)]
         uid = obj["metadata"]["uid"]
         self._by_uid.pop(uid, None)
         self._index_owners((res.plural, namespace, name), obj, None)
