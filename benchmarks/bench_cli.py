@@ -10,8 +10,8 @@ thread drew the whole table 4 times a second: both grow with the study), the dis
 ``k8sjobs run`` now (at most 4 draws a second, each at most a terminal of rows, the complete
 table once at the end), and the same drawing at every change (its worst case: changes
 slower than 4 a second). CPU time is the process's (the refresh thread's included), per
-change; the final full table is included in the rows of now, as a user sees it; the row
-before is taken on the first 400 changes (each costs the same: the whole table).
+change; the final full table is included in the row "now", as a user sees it; the other
+two rows are taken on the first 400 changes (each change costs them the same).
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from k8sjobs._statustable import Progress, status_table
 from k8sjobs.state import StepResult, StepState
 
 OLD = "before (whole table per change)"
-# The old display costs the same at every change (the whole table): its first changes
-# show it, where the whole lifecycle would take minutes at 5,000 steps.
-OLD_SAMPLE = 400
+NOW = "now (4 draws/s, bounded rows)"
+# The old display and a draw at every change cost the same at each change (the whole
+# table; a terminal of rows): their first changes show it, where the whole lifecycle
+# would take minutes at 5,000 steps.
+SAMPLE = 400
 
 
 class Display(Protocol):
@@ -119,7 +121,7 @@ async def measure(n: int, rounds: int) -> dict[str, tuple[float, float]]:
     """Return, per display, the medians of ``rounds`` runs at ``n`` steps."""
     displays: dict[str, Callable[[list[str]], Display]] = {
         OLD: lambda names: OldProgress(names, terminal()),
-        "now (4 draws/s, bounded rows)": lambda names: NewProgress(names, terminal(), live=True),
+        NOW: lambda names: NewProgress(names, terminal(), live=True),
         "now, a draw at every change": lambda names: NewProgress(
             names, terminal(), live=True, rate=1e9
         ),
@@ -127,7 +129,7 @@ async def measure(n: int, rounds: int) -> dict[str, tuple[float, float]]:
     taken: dict[str, list[tuple[float, float]]] = {label: [] for label in displays}
     for _ in range(rounds):
         for label, display in displays.items():
-            sample = OLD_SAMPLE if display is displays[OLD] else None
+            sample = None if label == NOW else SAMPLE
             taken[label].append(await feed(display, n, sample))
     return {
         label: (statistics.median(c for c, _ in runs), statistics.median(r for _, r in runs))

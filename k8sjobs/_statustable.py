@@ -58,7 +58,8 @@ class LiveView:
 
     A study that fits the terminal is drawn whole. A larger one is drawn as a summary line
     (steps per state) above the rows that matter now: the running steps, then the steps
-    that changed last, in study order; never more rows than the terminal has lines.
+    that changed last, then the first steps, in study order; never more rows than the
+    terminal has lines.
     ``rows_drawn`` and ``draws`` count what drawing cost, for tests and benchmarks.
     """
 
@@ -93,7 +94,11 @@ class LiveView:
         if len(self.results) <= budget:
             return list(self.results.values())
         chosen: dict[str, None] = {}
-        newest_first = itertools.chain(reversed(self._running), reversed(self._recent))
+        # The running steps, then the latest changes, then the study's first steps (so a
+        # run that has not started yet shows where it starts): a budget's worth at most.
+        newest_first = itertools.chain(
+            reversed(self._running), reversed(self._recent), itertools.islice(self.results, budget)
+        )
         for name in newest_first:
             if len(chosen) >= budget:
                 break
