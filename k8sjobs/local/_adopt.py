@@ -7,6 +7,14 @@ name another process after reuse; the start time read again from ``/proc/<pid>/s
 match too. A new driver thus adopts a living container instead of starting a second copy:
 it waits for the exit file (or for the keeper to be gone, which means it was killed), and can
 stop it as its first driver would (SIGTERM to the keeper, which escalates after its grace).
+
+There is no window in which a container may run unseen. The driver records a pod (with its
+containers waiting) before any of them starts, and writes ``run/<container>.asked`` (the
+keeper's pid and start time) before it hands the keeper its request; the keeper writes
+``.keeper`` before it starts the program. So whatever the record says of a container not
+recorded as ended, its sandbox names every keeper that may have started it: a keeper named
+only in ``.asked`` that is alive is waited for until it either writes ``.keeper`` (it started)
+or ends (it never got the whole request: nothing ran, and the step runs again).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import contextlib
 import copy
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +34,11 @@ import anyio
 
 from ._podstatus import now
 
-__all__ = ["Keeper", "Orphan", "ended_status", "find_orphans"]
+__all__ = ["Keeper", "Orphan", "claim", "ended_status", "find_orphans"]
 
 _POLL_SECONDS = 0.1
+# How long a keeper that has the request may take to write .keeper before it is followed as is.
+_SETTLE_SECONDS = 30.0
 _KILLED_EXIT = 137  # a keeper killed before it wrote the exit code: its tree died with SIGKILL
 
 
@@ -104,21 +115,33 @@ class Orphan:
 def find_orphans(record: Mapping[str, Any], sandbox: Callable[[str], Path]) -> list[Orphan]:
     """Return the pods of ``record`` with a container still running or ended unseen (blocking).
 
-    A container counts when the record shows it running and its keeper is alive, or has
-    written its exit code since (it ended while no driver watched).
+    Every container the record does not show ended counts, whatever state it shows (its
+    "running" may not have been saved before the driver died): the keeper its sandbox names
+    is alive, or has written its exit code since (it ended while no driver watched).
     """
     found = []
     for pod, status in (record.get("pod_status") or {}).items():
         keepers = {}
         for container in _container_statuses(status):
-            if "running" not in (container.get("state") or {}):
-                continue
-            keeper = _keeper_file(sandbox(pod), container["name"])
-            if keeper is not None and (keeper.alive() or keeper.exit_code() is not None):
+            if "terminated" in (container.get("state") or {}):
+                continue  # its end is recorded: nothing of it runs
+            keeper = _claimed_keeper(sandbox(pod) / "run" / container["name"])
+            if keeper is not None:
                 keepers[container["name"]] = keeper
         if keepers:
-            found.append(Orphan(pod, copy.deepcopy(status), keepers))
+            found.append(Orphan(pod, _adopted_status(status, keepers), keepers))
     return found
+
+
+def claim(state: Path, pid: int) -> None:
+    """Write ``<state>.asked``: the keeper ``pid`` is about to be asked to start the container.
+
+    Written before the request is sent (a write reaches the page cache, which outlives a
+    killed driver; a machine that crashes leaves no process to adopt), so a new driver never
+    misses a keeper that may start the program (blocking).
+    """
+    with open(f"{state}.asked", "w") as out:
+        out.write(f"{pid} {_start_time(pid)}\n")
 
 
 def ended_status(status: Mapping[str, Any], codes: Mapping[str, int]) -> dict[str, Any]:
@@ -158,10 +181,48 @@ def _container_statuses(status: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
 
 
-def _keeper_file(sandbox: Path, container: str) -> Keeper | None:
-    state = sandbox / "run" / container
+def _claimed_keeper(state: Path) -> Keeper | None:
+    """Return the keeper that started (or may still start) this container, else None.
+
+    A keeper named in ``.keeper`` started it: it counts while alive or once it wrote the exit
+    code. One named only in ``.asked`` may hold the request yet: wait until it wrote
+    ``.keeper`` or ended (within milliseconds: it reads the request, or the end of its cut
+    connection); ended without ``.keeper``, it started nothing.
+    """
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        keeper = _keeper_file(state, "keeper")
+        if keeper is not None:
+            return keeper if keeper.alive() or keeper.exit_code() is not None else None
+        asked = _keeper_file(state, "asked")
+        if asked is None or not asked.alive():
+            keeper = _keeper_file(state, "keeper")  # written just before it ended?
+            return keeper if keeper is not None and keeper.exit_code() is not None else None
+        if time.monotonic() > deadline:
+            return asked  # alive and silent this long: follow it as a started keeper
+        time.sleep(_POLL_SECONDS / 10)
+
+
+def _adopted_status(status: Mapping[str, Any], keepers: Mapping[str, Keeper]) -> dict[str, Any]:
+    """Return the recorded status with the adopted containers running (as they were)."""
+    adopted = copy.deepcopy(dict(status))
+    for container in _container_statuses(adopted):
+        if container["name"] in keepers and "running" not in (container.get("state") or {}):
+            container.update(state={"running": {"startedAt": now()}}, started=True)
+    if adopted.get("phase") in (None, "Pending"):
+        adopted["phase"] = "Running"
+    return adopted
+
+
+def _keeper_file(state: Path, kind: str) -> Keeper | None:
     try:
-        pid, started = Path(f"{state}.keeper").read_text().split()
+        pid, started = Path(f"{state}.{kind}").read_text().split()
         return Keeper(int(pid), int(started), state)
     except (OSError, ValueError):
-        return None
+        return None  # absent, or still being written (the keeper writes it in place)
+
+
+def _start_time(pid: int) -> int:
+    """Return a process's start time (clock ticks since boot), as its keeper records it."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return int(stat.read().rsplit(b")", 1)[1].split()[19])

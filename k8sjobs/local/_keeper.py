@@ -149,9 +149,10 @@ def keep(conn: int) -> int:
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         say(conn, f"error prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
         return 126
-    # No rename (it cost milliseconds on a busy disk): adoption reads this file only once the
-    # record shows the container running, after "started", so after it was written whole; a
-    # reader that finds it empty or cut short takes it as absent, as before a rename.
+    # Written before the program starts: a new driver that finds it knows the program may run.
+    # No rename (it cost milliseconds on a busy disk): a reader that finds it empty or cut short
+    # takes it as absent, and follows the keeper the driver named in STATE.asked until it is
+    # whole (or the keeper ended).
     record = os.open(state + b".keeper", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     os.write(record, f"{os.getpid()} {start_time(os.getpid())}\n".encode())
     os.close(record)

@@ -32,6 +32,11 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
+
+from ._adopt import claim
+from ._faults import kill_point
+
 __all__ = ["SERVER", "KeeperServer", "Kept", "request", "start_keeper"]
 
 KEEPER = str(Path(__file__).with_name("_keeper.py"))
@@ -227,8 +232,13 @@ class Kept:
         return self.returncode
 
 
-async def start_keeper(request: bytes, server: KeeperServer = SERVER) -> tuple[Kept, str]:
+async def start_keeper(
+    request: bytes, state: Path, server: KeeperServer = SERVER
+) -> tuple[Kept, str]:
     """Start a keeper for ``request``; return it and its answer (see ``Kept.ask``).
+
+    The keeper is named in ``<state>.asked`` (``_adopt.claim``) before it gets the request, so
+    a driver killed from then on leaves it findable by the next one.
 
     A server that does not fork a keeper (it died, or hangs past its margin) is killed, to be
     replaced on the next container, and this one gets a keeper of its own: no keeper was given
@@ -241,6 +251,8 @@ async def start_keeper(request: bytes, server: KeeperServer = SERVER) -> tuple[K
     if kept.process is not None and not await _greeted(kept, None):
         return kept, ""
     try:
+        await anyio.to_thread.run_sync(claim, state, kept.pid)
+        kill_point("keeper-claimed")
         return kept, await kept.ask(request)
     except asyncio.CancelledError:  # it may have started the program: stop it whole
         with contextlib.suppress(asyncio.CancelledError):

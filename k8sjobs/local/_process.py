@@ -85,7 +85,7 @@ async def spawn(launch: Launch, program: str, sandbox: Path, kill_grace: float) 
     state.parent.mkdir(exist_ok=True)
     try:
         asked = request(state, kill_grace, log, cwd, program, launch.argv[1:], launch.env)
-        keeper, said = await start_keeper(asked)
+        keeper, said = await start_keeper(asked, state)
     except (OSError, ValueError) as error:
         why = getattr(error, "strerror", None) or error
         raise StartError(f'exec: "{launch.argv[0]}": {why}') from None

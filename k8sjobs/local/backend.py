@@ -51,9 +51,11 @@ from ..scheduling import ignored as ignored_scheduling
 from ..state import StepResult, StepState
 from ..status import judge
 from ._adopt import Orphan, ended_status, find_orphans
+from ._faults import kill_point
 from ._handoff import InProcessHandoff, handoff_mode
 from ._logfile import chunks, lines, tail_offset
 from ._objects import LocalObjects
+from ._podstatus import PodStatus
 from ._studylock import StudyLock
 from ._volumedirs import VolumeDirs
 from .podrunner import PodRunner
@@ -592,8 +594,13 @@ class _JobRun:
     async def _run_pod(self, index: int | None) -> str:
         pod = self._pod(index)
         name = pod["metadata"]["name"]
+        pod["status"] = PodStatus(pod, _ignore).report()  # its containers waiting
         self.pods[name] = pod
         self._last_pod[index] = name  # its failure is judged by the podFailurePolicy
+        # Recorded before any of its containers starts (not in the background): a driver
+        # killed from now on leaves the pod's sandbox findable, and its keepers adopted.
+        await self._save()
+        kill_point("pod-recorded")
         extra = {"JOB_COMPLETION_INDEX": str(index)} if index is not None else {}
 
         def on_status(status: dict[str, Any]) -> None:
@@ -767,6 +774,10 @@ def _gone(pid: int) -> bool:
             return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
     except OSError:
         return True
+
+
+def _ignore(status: Mapping[str, Any]) -> None:
+    """A status sink for a status only read."""
 
 
 def _log_pod(pods: list[str], job_name: str) -> str:

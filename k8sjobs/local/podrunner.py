@@ -37,6 +37,7 @@ import anyio
 from ..quantity import parse_bytes
 from . import agent
 from ._env import base_env, declared_env, expand
+from ._faults import kill_point
 from ._handoff import HandoffCall, InProcessHandoff, recognise
 from ._podstatus import PodStatus, StatusSink, now
 from ._process import (
@@ -301,12 +302,14 @@ class _PodRun:
             self.status.terminated(name, 143, "Error", None, now())
             self.status.report()
             raise
+        kill_point("container-started")  # before the record says it runs: adopted all the same
         started = now()
         self.status.running(name, pid, started)
         self.status.report()
         supervisor = Supervisor(process, pid, launch.memory_limit, self.kill_grace, self.memory)
         try:
             await supervisor.wait()
+            kill_point("container-exited")  # ended unseen: adopted from its exit file
         finally:
             exit_code, reason = supervisor.outcome()
             message = termination_message(self._termination_log(name))

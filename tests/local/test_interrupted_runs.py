@@ -200,3 +200,52 @@ def test_a_step_left_running_by_a_killed_driver_shows_running_and_can_be_cancell
     assert not alive(int(daemon.read_text()))
     assert with_word(drivers.word) == []
     assert not alive(int((tmp_path / "shell").read_text()))
+
+
+# --- a driver killed at each point of starting a step, exactly (fault points) -------------
+
+# Where the driver dies (k8sjobs.local._faults), and whether the step's program had started.
+KILL_POINTS = [
+    "pod-recorded",  # the pod recorded, no keeper asked yet: nothing runs
+    "keeper-claimed",  # the keeper named in .asked, not yet given its request: nothing runs
+    "container-started",  # the program runs, the record does not say so yet
+    "container-exited",  # the program ended (its .exit written), its end not recorded
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_driver_killed_at_any_point_of_a_start_never_runs_the_step_twice(
+    tmp_path: Path, drivers: Drivers, point: str
+) -> None:
+    release, starts = tmp_path / "release", tmp_path / "starts"
+    study(
+        tmp_path,
+        f"""
+        echo started >> {starts}
+        until [ -e {release} ]; do sleep 0.05; done
+        echo finished {drivers.word}
+        exit 3
+        """,
+    )
+    if point == "container-exited":
+        release.touch()  # the program ends on its own, while its driver is being killed
+    env = {**os.environ, "K8SJOBS_FAULT_KILL": point}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "k8sjobs.cli", "run", "study.yaml", "--plain"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    drivers.started.append(first)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == -signal.SIGKILL, f"not killed at {point}:\n{out}{err}"
+    release.touch()
+    second = drivers.run()
+    out, err = second.communicate(timeout=120)
+    # Whether the second driver adopted the step or ran it, it ran once, and its end is true.
+    assert second.returncode == 1, out + err
+    assert "step: FAILED" in out and "exited with code 3" in out, out
+    assert starts.read_text() == "started\n"
+    assert with_word(drivers.word) == []
