@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from k8sjobs.local import PodRunner, agent
 
 from ..waiting import wait_until
+from .processes import alive
 
 LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True)
 
@@ -270,15 +271,6 @@ async def test_a_worker_is_refused_on_any_port_but_2222(worker: Worker) -> None:
 def mode(path: Path) -> int:
     """Return a file's permission bits."""
     return path.stat().st_mode & 0o777
-
-
-def alive(pid: int) -> bool:
-    """Return whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def test_the_role_wrapper_termination_message_is_read_back(tmp_path: Path) -> None:

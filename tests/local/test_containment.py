@@ -18,7 +18,7 @@ from k8sjobs import Session, Step, StepState
 from k8sjobs.local import LocalBackend
 
 from ..waiting import wait_until
-from .test_interrupted_runs import alive, with_word
+from .processes import alive, with_word
 
 ESCAPES = {
     "setsid": "setsid bash -c 'echo $$ >> {pids}; sleep 1000; true' {word} &",

@@ -18,28 +18,7 @@ import pytest
 from k8sjobs.names import label_value
 
 from ..waiting import wait_until_sync
-
-
-def alive(pid: int) -> bool:
-    """Return whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def with_word(word: str) -> list[int]:
-    """Return the live processes whose command line holds ``word``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if word.encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+from .processes import alive, with_word
 
 
 class Drivers:

@@ -23,7 +23,7 @@ from k8sjobs.local._keepers import SERVER
 from k8sjobs.local._process import Launch, MemoryMonitor, Supervisor, program, spawn
 
 from ..waiting import wait_until, wait_until_sync
-from .test_interrupted_runs import alive
+from .processes import alive
 
 PATHS = ["server", "own process"]
 

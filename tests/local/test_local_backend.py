@@ -13,6 +13,7 @@ from k8sjobs import Resources, Session, SpecMismatch, Step, StepHandle, StepStat
 from k8sjobs.local import LocalBackend
 
 from ..waiting import wait_until
+from .processes import alive
 
 
 def local(state: Path, **options: float) -> LocalBackend:
@@ -24,15 +25,6 @@ def local(state: Path, **options: float) -> LocalBackend:
 async def session(tmp_path: Path) -> AsyncIterator[Session]:
     async with Session(study="unit", backend=local(tmp_path / "state")) as s:
         yield s
-
-
-def alive(pid: int) -> bool:
-    """Return whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def running(handle: StepHandle) -> None:

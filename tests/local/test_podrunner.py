@@ -20,6 +20,7 @@ from k8sjobs.spec import Step
 
 from ..loop_io import loop_file_calls
 from ..waiting import wait_until
+from .processes import alive
 
 
 @dataclass
@@ -91,15 +92,6 @@ def state(status: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Return the state of one (init) container in a pod status."""
     every = [*status.get("initContainerStatuses", []), *status["containerStatuses"]]
     return dict(next(c for c in every if c["name"] == name)["state"])
-
-
-def alive(pid: int) -> bool:
-    """Return whether a process exists and is not a zombie (PID 1 here may not reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
 
 
 def configmap_volume(name: str, configmap: str, **fields: Any) -> dict[str, Any]:
