@@ -129,17 +129,35 @@ def _compact(value: Any, share: bool = True) -> Any:
     With ``share``, maps of plain values (a condition, a terminated state) are shared, see
     ``_shared``; without, for the maps unique to one object (its metadata, its labels)."""
     if isinstance(value, dict):
-        kept = {
-            sys.intern(k): _compact(v, share)
-            for k, v in value.items()
-            if v is not None and k not in _DROP_STATUS
-        }
-        return _shared(kept) if share else kept
+        return _compact_map(value, share)
     if isinstance(value, list):
         return [_compact(v, share) for v in value]
     if isinstance(value, str):
         return sys.intern(value)
     return value
+
+
+def _compact_map(value: Mapping[str, Any], share: bool) -> Obj:
+    """``_compact`` of one map. Strings and integers are taken in the loop, not by a call
+    each, and whether the map is shareable is learnt while building it: this runs on every
+    watch event, and a call per leaf was most of the driver's CPU per event."""
+    kept: Obj = {}
+    plain = True  # only strings and integers so far: shareable
+    intern = sys.intern
+    for k, v in value.items():
+        if v is None or k in _DROP_STATUS:
+            continue
+        kind = type(v)
+        if kind is str:
+            v = intern(v)
+        elif kind is not int:
+            plain = False
+            if isinstance(v, (dict, list, str)):
+                v = _compact(v, share)
+        kept[intern(k)] = v
+    if not share or not plain:
+        return kept
+    return _shared(kept)
 
 
 # One copy of each map of plain values the cache holds: steps that changed in the same second
@@ -151,9 +169,7 @@ _SHARED_LIMIT = 1 << 16
 
 
 def _shared(leaf: Obj) -> Obj:
-    """Return the shared copy of ``leaf`` if its values are all strings and integers."""
-    if not all(type(v) is str or type(v) is int for v in leaf.values()):
-        return leaf
+    """Return the shared copy of ``leaf``, whose values are all strings and integers."""
     key = tuple(leaf.items())
     found = _SHARED.get(key)
     if found is None:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from k8sjobs.kube.watch import Cache, Relist, slim
 from k8sjobs.status import judge
@@ -66,6 +68,48 @@ def test_equal_conditions_of_two_cached_pods_are_one_map() -> None:
     assert first["metadata"]["name"] != second["metadata"]["name"]
     flagged, counted = (slim({"status": {"x": {"n": v}}}) for v in (True, 1))
     assert flagged["status"]["x"]["n"] is True and counted["status"]["x"]["n"] == 1
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b", "podIP", "image", "c"]), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _expected(value: Any) -> Any:
+    """What the cache keeps of a status value: no nulls, none of the dropped fields."""
+    if isinstance(value, dict):
+        dropped = {"podIP", "image"}
+        return {k: _expected(v) for k, v in value.items() if v is not None and k not in dropped}
+    if isinstance(value, list):
+        return [_expected(v) for v in value]
+    return value
+
+
+def _plain_maps(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, list):
+        return [m for v in value for m in _plain_maps(v)]
+    if not isinstance(value, dict):
+        return []
+    inner = [m for v in value.values() for m in _plain_maps(v)]
+    plain = all(type(v) in (str, int) for v in value.values())
+    return [*inner, value] if plain else inner
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "conditions"]), _JSON, max_size=3))
+def test_any_status_is_kept_whole_and_its_plain_maps_shared(status: dict[str, Any]) -> None:
+    """For any decoded status: the cached copy equals it without nulls and dropped fields,
+    types kept (True stays True, 1 stays 1), and each map of only strings and integers is
+    one object across two decodes of the same event, whatever the nesting."""
+    text = json.dumps({"status": status})
+    first, second = (slim(json.loads(text))["status"] for _ in range(2))
+    assert first == _expected(status) and json.dumps(first) == json.dumps(_expected(status))
+    for a, b in zip(_plain_maps(first), _plain_maps(second), strict=True):
+        assert a is b
 
 
 class _Body(dict[str, Any]):
