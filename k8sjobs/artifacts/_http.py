@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import aiohttp
 import yarl
 
+from .._resend import without_silent_resend
 from ..errors import (
     ArtifactNotFound,
     AuthenticationError,
@@ -215,11 +216,9 @@ class Transport:
                 auto_decompress=False,
                 read_bufsize=READ_BUFFER,
             )
-            # aiohttp silently sends a PUT or DELETE again when the connection closes before
-            # the answer. That is wrong for a registry: the final PUT of an upload applied
-            # once spends its session (a repeat answers 404), a repeated DELETE finds nothing.
-            # Retries are decided here, by `send` and the callers, who know what is safe.
-            self._session._retry_connection = False
+            # The final PUT of an upload applied once spends its session (a repeat answers
+            # 404): retries are decided here, by `send` and the callers, who know what is safe.
+            without_silent_resend(self._session)
         return self._session
 
     def _secrets(self) -> list[str]:

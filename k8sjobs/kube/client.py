@@ -4,6 +4,7 @@ Every call goes through one shared aiohttp session and one ``_send`` loop that a
 house rules: a client-side token bucket (QPS and burst), a bound on writes in flight, a
 timeout on every request, and retries with exponential backoff and jitter on 429 (after
 the server's Retry-After), 5xx and connection errors, only for requests safe to repeat.
+Each attempt is one request on the wire (aiohttp's own silent resend is off, see _resend.py).
 Responses stay plain dicts: building typed models costs more than the request on the hot
 path (see benchmarks/bench_submit.py), and the watcher only reads a few fields.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from .._resend import without_silent_resend
 from ..errors import ApiError, ServerUnavailable, api_error
 from .config import ClusterConfig
 
@@ -136,8 +138,10 @@ class KubeClient:
         """Return the shared HTTP session, opening it on first use."""
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=0, ssl=self.config.ssl)
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers=self._headers(), json_serialize=json.dumps
+            self._session = without_silent_resend(
+                aiohttp.ClientSession(
+                    connector=connector, headers=self._headers(), json_serialize=json.dumps
+                )
             )
         return self._session
 
@@ -374,9 +378,7 @@ class KubeClient:
                 response = await self._once(method, url, params, data, headers, stream)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 if attempt >= self.options.retries:
-                    raise ServerUnavailable(
-                        0, {"message": f"no answer: {type(exc).__name__}"}, what=what
-                    ) from None
+                    raise _no_answer(method, what, attempt + 1, exc) from None
                 await asyncio.sleep(self._delay(attempt, None))
                 attempt += 1
                 continue
@@ -464,6 +466,15 @@ def _retryable(status: int) -> bool:
     # request k8sjobs sends is safe to repeat: reads, deletes, creates (AlreadyExists is
     # then handled as adoption) and merge patches that set absolute values.
     return status == 429 or status >= 500
+
+
+def _no_answer(method: str, what: str, attempts: int, exc: BaseException) -> ServerUnavailable:
+    """The error for a request no attempt got an answer to; a write may have been applied."""
+    message = f"no answer after {attempts} attempt(s) ({type(exc).__name__})"
+    if method != "GET":
+        # The connection may have closed after the server applied it: say so, not "failed".
+        message += "; the server may have applied it all the same, so read before writing again"
+    return ServerUnavailable(0, {"message": message}, what=what)
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:
