@@ -123,13 +123,15 @@ async def _create_job(
     except AlreadyExists:
         current: dict[str, Any] = await client.get(kind, manifests.namespace, manifests.name)
     if spec_hash(current) == manifests.spec_hash:
-        # Adopted: patch the owners again, in case its driver died before doing so.
+        # Adopted (our own create whose reply was lost, retried, is one of these): patch the
+        # owners again, in case its driver died before doing so.
         return None if deleting(current) else current
     _check_replace(current, manifests, replace)
     await _remove(client, manifests, gone)
     await _create_extras(client, manifests)
-    recreated: dict[str, Any] = await client.create(kind, manifests.namespace, manifests.job)
-    return recreated
+    # Through the same adoption: the new Job's create may be applied and its reply lost.
+    # Another spec in its place now is someone else's, never ours to delete again.
+    return await _create_job(client, manifests, False, gone)
 
 
 async def _own(client: KubeClient, manifests: Manifests, job: Obj) -> None:
