@@ -21,7 +21,14 @@ from .multinode import is_launched
 from .render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
 from .state import StepResult, StepState
 
-__all__ = ["IMAGE_ERRORS", "grace_deadline", "judge", "parse_time", "pod_failure"]
+__all__ = [
+    "IMAGE_ERRORS",
+    "grace_deadline",
+    "judge",
+    "parse_time",
+    "pod_failure",
+    "unseen_pods",
+]
 
 #: Waiting reasons that mean the container cannot start as written; after the grace time
 #: the step is failed rather than left PENDING forever (ErrImagePull may be a registry blip).
@@ -113,6 +120,29 @@ def grace_deadline(pods: Iterable[Obj], pending_grace: float) -> datetime | None
     return min(known) + timedelta(seconds=pending_grace) if known else None
 
 
+def unseen_pods(job: Obj, pods: Iterable[Obj], gone: Iterable[Obj] = ()) -> int:
+    """Return how many pods a terminal ``job`` counts whose end the pod cache has not seen.
+
+    The Job watch and the Pod watch are separate streams with no order between them: the
+    server ends a pod before the Job counts it, but the Job's event may arrive first. The
+    backend holds a verdict while this is above 0 (a Job that is not terminal: always 0).
+    Counted: ``status.failed``/``succeeded`` and the uids in ``uncountedTerminatedPods``
+    (a FailureTarget comes before the count). A deleted pod (``gone``) has ended.
+    """
+    status = job.get("status") or {}
+    if _condition(status, (*_FAILED_CONDITIONS, *_COMPLETE_CONDITIONS)) is None:
+        return 0
+    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Failed", "Succeeded")]
+    ended += list(gone)
+    succeeded = sum((p.get("status") or {}).get("phase") == "Succeeded" for p in ended)
+    uids = {(p.get("metadata") or {}).get("uid") for p in ended}
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    waiting = [u for k in ("failed", "succeeded") for u in uncounted.get(k) or () if u not in uids]
+    short_failed = int(status.get("failed") or 0) - (len(ended) - succeeded)
+    short_succeeded = int(status.get("succeeded") or 0) - succeeded
+    return int(max(len(waiting), max(short_failed, 0) + max(short_succeeded, 0)))
+
+
 def _base(job: Obj, pods: list[Obj]) -> StepResult:
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -175,8 +205,9 @@ def _failed(base: StepResult, job: Obj, cond: Obj, pods: list[Obj]) -> StepResul
         finished_at=_transition(cond),
     )
     failed_pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
-    if not failed_pods:
-        return result
+    if not failed_pods:  # the pod is gone unseen: the controller's message may name its code
+        code = _rule_code(result.message, None) if job_reason == "PodFailurePolicy" else None
+        return result.evolve(exit_code=code)
     rule = failed_rule(job, result.message) if job_reason == "PodFailurePolicy" else None
     if rule is not None:  # name the step setting that decided it, then the controller's words
         code = _rule_code(result.message, pod_failure(failed_pods[-1])[2])

@@ -37,7 +37,7 @@ from ..render import (
     Manifests,
 )
 from ..state import StepResult, StepState
-from ..status import IMAGE_ERRORS, grace_deadline, judge
+from ..status import IMAGE_ERRORS, grace_deadline, judge, unseen_pods
 from .client import (
     CONFIGMAPS,
     JOBS,
@@ -59,6 +59,9 @@ log = logging.getLogger("k8sjobs.kube")
 # Deleted pods remembered per Job: enough to explain its failure, bounded for a Job that
 # keeps losing pods.
 _GONE_LIMIT = 20
+# Seconds a terminal Job's verdict waits for the end of a pod it counts to reach the pod
+# watch (it comes within milliseconds; this bounds a pod deleted before it was ever seen).
+VERDICT_GRACE = 10.0
 
 
 class StudyWatch:
@@ -81,6 +84,8 @@ class StudyWatch:
         self.gone_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         self.gone: dict[str, asyncio.Event] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Jobs whose verdict waits for their pods' ends: the grace timer, None once it fired.
+        self._held: dict[str, asyncio.TimerHandle | None] = {}
         self._tasks = [
             asyncio.create_task(self.jobs.run(), name=f"k8sjobs-watch-jobs-{namespace}"),
             asyncio.create_task(self.pods.run(), name=f"k8sjobs-watch-pods-{namespace}"),
@@ -109,8 +114,9 @@ class StudyWatch:
 
     async def aclose(self) -> None:
         """Stop both informers and every pending grace timer."""
-        for timer in self._timers.values():
-            timer.cancel()
+        for timer in [*self._timers.values(), *self._held.values()]:
+            if timer is not None:
+                timer.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -131,6 +137,9 @@ class StudyWatch:
             for pod in self.pods_by_job.pop(change.name, {}):
                 self._job_of_pod.pop(pod, None)
             self.gone_by_job.pop(change.name, None)
+            held = self._held.pop(change.name, None)
+            if held is not None:
+                held.cancel()
             if change.name in self.gone:
                 self.gone[change.name].set()
             self.backend._vanished(self, change.name)
@@ -196,11 +205,34 @@ class StudyWatch:
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
         if result.state.terminal:
+            unseen = unseen_pods(job, pods, gone)
+            if unseen and self._hold(job_name):
+                return  # the pod watch's event re-judges it (a relist too)
+            held = self._held.pop(job_name, None)
+            if held is not None:
+                held.cancel()
+            if unseen:
+                wait = self.backend.verdict_grace
+                note = f"the end of {unseen} pod(s) the Job counts was not seen within {wait:g} s"
+                result = result.evolve(message=f"{result.message} ({note})")
             self.backend._finish(self, handle, job, pods, result)
             return
         handle.report(result)
         if result.reason in IMAGE_ERRORS:
             self._arm_timer(job_name, pods, grace)
+
+    def _hold(self, job_name: str) -> bool:
+        """Return whether a terminal verdict still waits for its pods (arm its grace bound)."""
+        if job_name in self._held:
+            return self._held[job_name] is not None
+
+        def expire() -> None:
+            self._held[job_name] = None
+            self.refresh(job_name)
+
+        loop = asyncio.get_running_loop()
+        self._held[job_name] = loop.call_later(self.backend.verdict_grace, expire)
+        return True
 
     def _arm_timer(self, job_name: str, pods: list[dict[str, Any]], grace: float) -> None:
         """Re-judge when an image error outlasts the grace time (a timer, not a request)."""
@@ -233,6 +265,8 @@ class KubernetesBackend:
     ``keep_logs`` says whose: "walltime" (the default: the pods of steps with a walltime,
     which the job controller deletes when it runs out) or "all" (every running pod, one
     follow request per pod: a per-step read that a study of many steps pays).
+    ``verdict_grace`` (seconds) bounds how long a terminal Job's verdict waits for the pod
+    watch to show the ends of the pods the Job counts (it is woken by their events).
     """
 
     kind = "kubernetes"
@@ -260,6 +294,7 @@ class KubernetesBackend:
         self.logkeeper = LogKeeper(self.log_dir, follow_logs)
         self.keep_failed = keep_failed
         self.pending_grace = pending_grace
+        self.verdict_grace = VERDICT_GRACE
         self._kubeconfig = kubeconfig
         self._context = context
         self._config = config

@@ -117,7 +117,6 @@ _DROP_STATUS = frozenset(
         "image",
         "imageID",
         "containerID",
-        "uncountedTerminatedPods",
     }
 )
 
