@@ -402,9 +402,14 @@ class Informer:
         streaming = self._heard = False
         due = self._relist_due
 
-        def heard() -> float | None:
+        # Moving the timer costs a cancel and a new loop timer: on a busy watch it is moved
+        # only once the idle bound has caught up with it, then past it by ``slack``, so a
+        # silent watch is still taken for dead after between ``idle`` and ``idle + slack``.
+        slack = self._idle / 20
+
+        def heard(extra: float = 0.0) -> float | None:
             """Return the new deadline: the idle bound from now, or the relist if sooner."""
-            bound = loop.time() + self._idle
+            bound = loop.time() + self._idle + extra
             return bound if due is None else min(bound, due)
 
         try:
@@ -418,7 +423,11 @@ class Informer:
                 stream = events(self.client, self.kind, self.namespace, params, opened=opened)
                 async with contextlib.aclosing(stream):
                     async for kind, obj in stream:
-                        timer.reschedule(heard())
+                        deadline = timer.when()
+                        if deadline is None or (
+                            deadline != due and deadline < loop.time() + self._idle
+                        ):
+                            timer.reschedule(heard(slack))
                         change = self.cache.apply(kind, obj)
                         if change is not None:
                             self._on_change(change)
