@@ -283,8 +283,9 @@ class Informer:
     ``on_change`` is called with each ``Change`` in order, from the informer's task.
     ``synced`` is set once the first list has been applied. ``idle``: seconds without an
     event or a bookmark after which the watch is taken for dead (above the minute a real
-    server leaves between bookmarks). ``relist_every``: mean seconds between safety-net
-    relists (each jittered by +-20%), None for none. ``stats`` is shared by a backend's
+    server leaves between bookmarks; up to ``idle / 20`` later, see ``_watch``).
+    ``relist_every``: mean seconds between safety-net relists (each jittered by +-20%),
+    None for none. ``stats`` is shared by a backend's
     informers.
     """
 
