@@ -286,9 +286,7 @@ async def push_failed_outputs(
 
 
 def _write_json_atomically(path: Path, data: object) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+    _mark(path, json.dumps(data, sort_keys=True))
 
 
 async def run_push(
@@ -375,6 +373,7 @@ def _mark_pull_failed(env: Mapping[str, str]) -> None:
 
 
 def _mark(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a reader never sees half of it."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
