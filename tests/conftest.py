@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+# Ctrl-C tests send SIGINT to the CLI they start. A suite started in the background by a
+# non-interactive shell (`bash .ci/run &`, a CI runner's script) inherits SIGINT ignored, and
+# an ignored signal stays ignored across exec: every child would ignore the test's SIGINT, as
+# a background job rightly does. A handler, unlike SIG_IGN, is reset to the default at exec,
+# so with one here each child starts with SIGINT as a terminal's foreground job has it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(params=["in-process", "subprocess"])
