@@ -94,7 +94,12 @@ def sleepy_run(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            process.communicate(timeout=10)
+            try:
+                process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # it did not stop: never leave the driver behind
+                process.kill()
+                process.communicate()
+                raise
         for pid in marked_processes():  # never leave a sleeper behind, even on failure
             os.kill(int(pid), signal.SIGKILL)
 
