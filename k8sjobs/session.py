@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import _gcpace
 from .backend import Backend
 from .errors import SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
@@ -93,6 +94,7 @@ class Session:
         self._running: set[str] = set()
         self._started = False
         self._closed = False
+        self._pacing = False  # holds the garbage collector's pace (see _gcpace)
 
     @property
     def namespace(self) -> str:
@@ -149,6 +151,9 @@ class Session:
         if self._closed:
             raise SessionClosed("Cannot start a session that has been closed.")
         self._started = True
+        if not self._pacing:
+            self._pacing = True
+            _gcpace.hold()
         await self._backend(self._default_kind)
 
     async def aclose(self) -> None:
@@ -157,8 +162,13 @@ class Session:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for kind in self._running:
-            await self._backends[kind].aclose()
+        try:
+            for kind in self._running:
+                await self._backends[kind].aclose()
+        finally:
+            if self._pacing:
+                self._pacing = False
+                _gcpace.release()
 
     async def submit(
         self,
