@@ -199,6 +199,7 @@ def render(
     *,
     inputs: Mapping[str, str] = {},
     ssh_key: SshKey | None = None,
+    placed: tuple[str, str] | None = None,
 ) -> Manifests:
     """Return the manifests that run ``step`` for ``target``.
 
@@ -206,8 +207,11 @@ def render(
     digest once it is known); other ``StepOutput`` inputs resolve to the producer's tag.
     ``ssh_key`` is the key pair of a multi-node ``launch: ssh`` step (made by the caller at
     submit time: render has no randomness); it goes into the Secret and not into the hash.
+    ``placed`` is ``placement(step, target)`` when the caller has it already (a session
+    names each handle with it): with more steps in flight than ``job_name``'s cache holds,
+    working it out again cost every step a second miss.
     """
-    name, namespace = placement(step, target)
+    name, namespace = placed or placement(step, target)
     _check_ssh_key(step, ssh_key)
     refs = _input_references(step, target, inputs)
     outputs = {key: output_reference(target.study, step.name, key) for key in step.outputs}

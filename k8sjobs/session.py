@@ -367,7 +367,8 @@ class Session:
         if ssh_key is None and (ssh_key := key_for(step)) is not None:
             self._ssh_keys[handle.name] = ssh_key
         target = self._target(self._backend_of(handle))
-        return render(step, target, inputs=pinned, ssh_key=ssh_key)
+        placed = handle.object_name, handle.namespace
+        return render(step, target, inputs=pinned, ssh_key=ssh_key, placed=placed)
 
     def _backend_of(self, handle: StepHandle) -> Backend:
         """Return the backend of ``handle`` (the handle itself sees only its StepControl)."""
