@@ -498,43 +498,71 @@ async def waiting(n: int, poll_interval: float, wait_start: float) -> None:
     print(f"| per-job polling: detection p50 / p99 ms | {poll['p50']:.0f} / {poll['p99']:.0f} |")
 
 
-async def scale_table(cluster: Cluster, sizes: list[int]) -> None:
-    """Print one row per size: the driver's peak RSS, CPU per 1,000 steps, the API bill."""
-    print(f"\n{load_line()} at the start")
+async def scale_figures(cluster: Cluster, n: int) -> dict[str, Any]:
+    """Run one ``n``-step row on a fresh cluster; return the driver's and the fake's figures."""
+    async with cluster.row(f"scale{n}") as (server, kubeconfig, ns):
+        if server is not None:
+            await server.ask("reset")
+            before = await server.ask("usage")
+        row = await scale_row(kubeconfig, ns, n)
+        counts = await server.ask("counts") if server is not None else {}
+        fake = await server.ask("usage") if server is not None else {}
+    row["per_1000"] = row["cpu_s"] / n * 1000
+    if fake:
+        row["fake_rss_mb"] = fake["rss_mb"]
+        row["fake_per_1000"] = (fake["cpu_s"] - before["cpu_s"]) / n * 1000
+    verbs = {"writes": ("create", "patch", "update"), "lists": "list", "watches": "watch"}
+    if counts:
+        for key, prefix in {**verbs, "reads": "get"}.items():
+            row[key] = sum(v for k, v in counts.items() if k.startswith(prefix))
+    return row
+
+
+async def scale_table(cluster: Cluster, sizes: list[int], rounds: int) -> None:
+    """Print one row per size: the driver's peak RSS, CPU per 1,000 steps, the API bill.
+
+    Each figure is the median of ``rounds`` runs, the sizes interleaved within a round so a
+    change in the machine's load falls on every size alike; the CPU column also gives the
+    lowest and highest run, and its ratio to the first row of at least 10,000 steps (the
+    floor: no higher at 100,000 than at 10,000).
+    """
+    print(f"\n{load_line()} at the start; median of {rounds} round(s)")
     print(
         "| concurrent steps | terminal | driver peak RSS MB (floor < 1,500) | driver CPU s "
-        "per 1,000 steps | fake peak RSS MB | fake CPU s per 1,000 steps | writes per step "
-        "| lists / watches | driver relists | reads per step |"
+        "per 1,000 steps (min-max) | vs the 10,000 row | fake peak RSS MB | fake CPU s per "
+        "1,000 steps | writes per step | lists / watches | driver relists | reads per step |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    taken: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n in sizes:
+            taken[n].append(await scale_figures(cluster, n))
     base: float | None = None
     for n in sizes:
-        async with cluster.row(f"scale{n}") as (server, kubeconfig, ns):
-            if server is not None:
-                await server.ask("reset")
-                before = await server.ask("usage")
-            row = await scale_row(kubeconfig, ns, n)
-            counts = await server.ask("counts") if server is not None else {}
-            fake = await server.ask("usage") if server is not None else {}
-        per_1000 = row["cpu_s"] / n * 1000
+        runs = taken[n]
+
+        def median(key: str, runs: list[dict[str, Any]] = runs) -> float:
+            return statistics.median(r[key] for r in runs)
+
+        cpu = [r["per_1000"] for r in runs]
+        per_1000 = median("per_1000")
         base = per_1000 if base is None and n >= 10_000 else base
-        writes = sum(v for k, v in counts.items() if k.startswith(("create", "patch", "update")))
-        lists = sum(v for k, v in counts.items() if k.startswith("list"))
-        watches = sum(v for k, v in counts.items() if k.startswith("watch"))
-        reads = sum(v for k, v in counts.items() if k.startswith("get"))
-        bill = (
-            f"{writes / n:.2f} | {lists} / {watches} | {row['relists']} | {reads / n:.3f}"
-            if counts
-            else f"- | - | {row['relists']} | -"
-        )
-        fake_cost = (
-            f"{fake['rss_mb']:.0f} | {(fake['cpu_s'] - before['cpu_s']) / n * 1000:.2f}"
-            if fake
+        ratio = f"{per_1000 / base:.3f}" if base is not None else "-"
+        fake = (
+            f"{median('fake_rss_mb'):.0f} | {median('fake_per_1000'):.2f}"
+            if "fake_rss_mb" in runs[0]
             else "- | -"
         )
+        relists = runs[-1]["relists"]
+        bill = (
+            f"{median('writes') / n:.2f} | {median('lists'):.0f} / {median('watches'):.0f} | "
+            f"{relists} | {median('reads') / n:.3f}"
+            if "writes" in runs[0]
+            else f"- | - | {relists} | -"
+        )
         print(
-            f"| {n:,} | {row['terminal']:,.0f} | {row['rss_mb']:.0f} | {per_1000:.2f} | "
-            f"{fake_cost} | {bill} |"
+            f"| {n:,} | {median('terminal'):,.0f} | {median('rss_mb'):.0f} | {per_1000:.2f} "
+            f"({min(cpu):.2f}-{max(cpu):.2f}) | {ratio} | {fake} | {bill} |"
         )
     print(f"{load_line()} at the end")
 
@@ -548,6 +576,9 @@ async def main() -> None:
         "--scale", help="comma-separated concurrent steps for RSS/CPU (fake default: 10000)"
     )
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds (median)")
+    parser.add_argument(
+        "--scale-rounds", type=int, default=1, help="scale rounds (median; 5 for the table)"
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument(
         "--wait-start", type=float, default=15.0, help="seconds before the first step ends"
@@ -572,7 +603,7 @@ async def main() -> None:
         await waiting(args.steps, args.poll_interval, args.wait_start)
     sizes = [int(x) for x in (args.scale or ("" if real else "10000")).split(",") if x]
     if "scale" in only and sizes:
-        await scale_table(cluster, sizes)
+        await scale_table(cluster, sizes, args.scale_rounds)
 
 
 if __name__ == "__main__":
