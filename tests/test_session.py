@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from k8sjobs import Session, Step, StepFailed, StepState, StudyError
 from k8sjobs.local import LocalBackend
+from k8sjobs.render import Target, placement
 
 from .waiting import wait_until
 
@@ -118,3 +120,23 @@ async def test_leaving_the_block_on_an_error_cancels_running_steps(tmp_path: Pat
             await wait_until(lambda: handle.state is StepState.RUNNING, "the step runs")
             raise RuntimeError("driver bug")
     assert handle.state is StepState.CANCELLED
+
+
+async def test_a_step_is_placed_once_whatever_the_number_of_steps_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # job_name's cache holds 65,536 names: with more steps in flight, each placement worked
+    # out again is a miss, so the session renders with the placement it named the handle by.
+    rendering = sys.modules["k8sjobs.render"]  # the package's `render` is the function
+    placed: list[str] = []
+
+    def counting(step: Step, target: Target) -> tuple[str, str]:
+        placed.append(step.name)
+        return placement(step, target)
+
+    monkeypatch.setattr(rendering, "placement", counting)
+    monkeypatch.setattr(sys.modules["k8sjobs.session"], "placement", counting)
+    async with _session(tmp_path) as s:
+        handles = await s.submit_many([Step(name=f"s{i}", script="true") for i in range(3)])
+        await s.gather(*handles, timeout=60)
+    assert sorted(placed) == ["s0", "s1", "s2"]
