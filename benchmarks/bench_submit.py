@@ -2,7 +2,8 @@
 
     python benchmarks/bench_submit.py            # full run (1,000-step latency, 10,000 steps)
     python benchmarks/bench_submit.py --steps 200 --scale 1000   # quick run
-    python benchmarks/bench_submit.py --only scale --scale 1000,10000,100000
+    python benchmarks/bench_submit.py --only scale --scale 1000,10000,100000 --scale-rounds 5
+    python benchmarks/bench_submit.py --only scale --scale 10000,100000 --gc-pace both
     python benchmarks/bench_submit.py --kubeconfig ~/.kube/config --yes  # a real API server
 
 Against the fake cluster (the default) every table is printed. With ``--kubeconfig`` the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import resource
@@ -34,6 +36,7 @@ from typing import Any
 
 import aiohttp
 
+from k8sjobs import _gcpace
 from k8sjobs.handle import StepHandle
 from k8sjobs.kube import KubeClient, load_config
 from k8sjobs.names import label_value
@@ -310,13 +313,34 @@ async def polling(kubeconfig: str, server: Server, n: int, interval: float) -> d
     }
 
 
-async def scale(kubeconfig: str, ns: str, n: int) -> dict[str, Any]:
+def collector_clock() -> dict[str, float]:
+    """Return figures that the garbage collector's own CPU seconds (and full collections)
+    are added to from now on, timed with ``gc.callbacks``."""
+    spent = {"gc_s": 0.0, "full_gcs": 0.0}
+    started = [0.0]
+
+    def tick(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.process_time()
+            return
+        spent["gc_s"] += time.process_time() - started[0]
+        spent["full_gcs"] += info["generation"] == 2
+
+    gc.callbacks.append(tick)
+    return spent
+
+
+async def scale(kubeconfig: str, ns: str, n: int, pace: str) -> dict[str, Any]:
     """Submit ``n`` concurrent steps and wait for them all; return what the driver spent.
 
     Runs in a process of its own (``--scale-child``), so its peak RSS and CPU seconds
     (getrusage: user + system, not wall time, which a loaded machine stretches) are the
-    driver's alone, and a larger row does not inherit a smaller row's peak.
+    driver's alone, and a larger row does not inherit a smaller row's peak. ``pace``
+    "default" keeps CPython's collector thresholds (a session raises them: k8sjobs/_gcpace.py).
     """
+    if pace == "default":
+        _gcpace.YOUNG_THRESHOLD = gc.get_threshold()[0]  # "already at the pace": left alone
+    collector = collector_clock()
     s = Session(study="scale", kubeconfig=kubeconfig, namespace=ns, options={"qps": 0})
     await s.start()
     handles = await s.submit_many(steps("x", n, duration=2.0), limit=128)
@@ -329,16 +353,19 @@ async def scale(kubeconfig: str, ns: str, n: int) -> dict[str, Any]:
         "rss_mb": usage.ru_maxrss / 1024,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "relists": ", ".join(f"{n} {why}" for why, n in sorted(relists.items())),
+        **collector,
     }
 
 
-async def scale_row(kubeconfig: str, ns: str, n: int) -> dict[str, Any]:
+async def scale_row(kubeconfig: str, ns: str, n: int, pace: str) -> dict[str, Any]:
     """Run ``scale`` for ``n`` steps in a child driver process; return its figures."""
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
         "--scale-child",
         str(n),
+        "--gc-pace",
+        pace,
         "--kubeconfig",
         kubeconfig,
         "--namespace",
@@ -498,16 +525,17 @@ async def waiting(n: int, poll_interval: float, wait_start: float) -> None:
     print(f"| per-job polling: detection p50 / p99 ms | {poll['p50']:.0f} / {poll['p99']:.0f} |")
 
 
-async def scale_figures(cluster: Cluster, n: int) -> dict[str, Any]:
+async def scale_figures(cluster: Cluster, n: int, pace: str) -> dict[str, Any]:
     """Run one ``n``-step row on a fresh cluster; return the driver's and the fake's figures."""
     async with cluster.row(f"scale{n}") as (server, kubeconfig, ns):
         if server is not None:
             await server.ask("reset")
             before = await server.ask("usage")
-        row = await scale_row(kubeconfig, ns, n)
+        row = await scale_row(kubeconfig, ns, n, pace)
         counts = await server.ask("counts") if server is not None else {}
         fake = await server.ask("usage") if server is not None else {}
     row["per_1000"] = row["cpu_s"] / n * 1000
+    row["gc_per_1000"] = row["gc_s"] / n * 1000
     if fake:
         row["fake_rss_mb"] = fake["rss_mb"]
         row["fake_per_1000"] = (fake["cpu_s"] - before["cpu_s"]) / n * 1000
@@ -518,53 +546,64 @@ async def scale_figures(cluster: Cluster, n: int) -> dict[str, Any]:
     return row
 
 
-async def scale_table(cluster: Cluster, sizes: list[int], rounds: int) -> None:
-    """Print one row per size: the driver's peak RSS, CPU per 1,000 steps, the API bill.
+async def scale_table(cluster: Cluster, sizes: list[int], rounds: int, paces: list[str]) -> None:
+    """Print one row per size and pace: the driver's peak RSS and CPU (its collector's part
+    too) per 1,000 steps, the fake's, and the API bill.
 
-    Each figure is the median of ``rounds`` runs, the sizes interleaved within a round so a
-    change in the machine's load falls on every size alike; the CPU column also gives the
-    lowest and highest run, and its ratio to the first row of at least 10,000 steps (the
-    floor: no higher at 100,000 than at 10,000).
+    Each figure is the median of ``rounds`` runs, the rows interleaved within a round so a
+    change in the machine's load falls on every row alike. The CPU column also gives the
+    lowest and highest run, and its ratio to the first row of at least 10,000 steps at the
+    same pace (the floor: no higher at 100,000 than at 10,000).
     """
     print(f"\n{load_line()} at the start; median of {rounds} round(s)")
     print(
-        "| concurrent steps | terminal | driver peak RSS MB (floor < 1,500) | driver CPU s "
-        "per 1,000 steps (min-max) | vs the 10,000 row | fake peak RSS MB | fake CPU s per "
-        "1,000 steps | writes per step | lists / watches | driver relists | reads per step |"
+        "| concurrent steps | collector pace | terminal | driver peak RSS MB (floor < 1,500) | "
+        "driver CPU s per 1,000 steps (min-max) | vs the 10,000 row | of which the collector "
+        "(full collections) | fake peak RSS MB | fake CPU s per 1,000 steps | writes per step "
+        "| lists / watches | driver relists | reads per step |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    taken: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    taken: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(rounds):
+        for pace in paces:
+            for n in sizes:
+                taken.setdefault((pace, n), []).append(await scale_figures(cluster, n, pace))
+    for pace in paces:
+        base: float | None = None
         for n in sizes:
-            taken[n].append(await scale_figures(cluster, n))
-    base: float | None = None
-    for n in sizes:
-        runs = taken[n]
-
-        def median(key: str, runs: list[dict[str, Any]] = runs) -> float:
-            return statistics.median(r[key] for r in runs)
-
-        cpu = [r["per_1000"] for r in runs]
-        per_1000 = median("per_1000")
-        base = per_1000 if base is None and n >= 10_000 else base
-        ratio = f"{per_1000 / base:.3f}" if base is not None else "-"
-        fake = (
-            f"{median('fake_rss_mb'):.0f} | {median('fake_per_1000'):.2f}"
-            if "fake_rss_mb" in runs[0]
-            else "- | -"
-        )
-        relists = runs[-1]["relists"]
-        bill = (
-            f"{median('writes') / n:.2f} | {median('lists'):.0f} / {median('watches'):.0f} | "
-            f"{relists} | {median('reads') / n:.3f}"
-            if "writes" in runs[0]
-            else f"- | - | {relists} | -"
-        )
-        print(
-            f"| {n:,} | {median('terminal'):,.0f} | {median('rss_mb'):.0f} | {per_1000:.2f} "
-            f"({min(cpu):.2f}-{max(cpu):.2f}) | {ratio} | {fake} | {bill} |"
-        )
+            runs = taken[pace, n]
+            if base is None and n >= 10_000:
+                base = statistics.median(r["per_1000"] for r in runs)
+            print(scale_line(n, pace, runs, base))
     print(f"{load_line()} at the end")
+
+
+def scale_line(n: int, pace: str, runs: list[dict[str, Any]], base: float | None) -> str:
+    """Return one scale row: the median of ``runs`` (``base``: the 10,000 row's CPU)."""
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    cpu = [r["per_1000"] for r in runs]
+    per_1000 = median("per_1000")
+    ratio = f"{per_1000 / base:.3f}" if base else "-"
+    fake = (
+        f"{median('fake_rss_mb'):.0f} | {median('fake_per_1000'):.2f}"
+        if "fake_rss_mb" in runs[0]
+        else "- | -"
+    )
+    relists = runs[-1]["relists"]
+    bill = (
+        f"{median('writes') / n:.2f} | {median('lists'):.0f} / {median('watches'):.0f} | "
+        f"{relists} | {median('reads') / n:.3f}"
+        if "writes" in runs[0]
+        else f"- | - | {relists} | -"
+    )
+    return (
+        f"| {n:,} | {pace} | {median('terminal'):,.0f} | {median('rss_mb'):.0f} | "
+        f"{per_1000:.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | {ratio} | "
+        f"{median('gc_per_1000'):.3f} ({median('full_gcs'):.0f}) | {fake} | {bill} |"
+    )
 
 
 async def main() -> None:
@@ -579,6 +618,12 @@ async def main() -> None:
     parser.add_argument(
         "--scale-rounds", type=int, default=1, help="scale rounds (median; 5 for the table)"
     )
+    parser.add_argument(
+        "--gc-pace",
+        choices=("paced", "default", "both"),
+        default="paced",
+        help="the driver's collector: as a session paces it, CPython's default, or both rows",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument(
         "--wait-start", type=float, default=15.0, help="seconds before the first step ends"
@@ -590,7 +635,8 @@ async def main() -> None:
     parser.add_argument("--scale-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.scale_child:  # one scale row's driver (see scale_row)
-        print(json.dumps(await scale(args.kubeconfig, args.namespace, args.scale_child)))
+        child = await scale(args.kubeconfig, args.namespace, args.scale_child, args.gc_pace)
+        print(json.dumps(child))
         return
     real = args.kubeconfig is not None
     if real:
@@ -603,7 +649,8 @@ async def main() -> None:
         await waiting(args.steps, args.poll_interval, args.wait_start)
     sizes = [int(x) for x in (args.scale or ("" if real else "10000")).split(",") if x]
     if "scale" in only and sizes:
-        await scale_table(cluster, sizes, args.scale_rounds)
+        paces = ["paced", "default"] if args.gc_pace == "both" else [args.gc_pace]
+        await scale_table(cluster, sizes, args.scale_rounds, paces)
 
 
 if __name__ == "__main__":
