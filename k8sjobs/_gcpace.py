@@ -27,7 +27,7 @@ from __future__ import annotations
 import gc
 import threading
 
-__all__ = ["YOUNG_THRESHOLD", "hold", "release"]
+__all__ = ["YOUNG_THRESHOLD", "Holder", "hold", "release"]
 
 YOUNG_THRESHOLD = 50_000
 
@@ -63,3 +63,23 @@ def release() -> None:
         if _saved is not None and gc.get_threshold() == _paced:
             gc.set_threshold(*_saved)
         _saved = _paced = None
+
+
+class Holder:
+    """One holder's share of the pace, for an object that starts and stops (a session, the
+    fake cluster): ``hold`` and ``release`` may each be called again, and count once."""
+
+    def __init__(self) -> None:
+        self._held = False
+
+    def hold(self) -> None:
+        """Hold the pace, unless this holder already does."""
+        if not self._held:
+            self._held = True
+            hold()
+
+    def release(self) -> None:
+        """Let go of the pace, if this holder holds it."""
+        if self._held:
+            self._held = False
+            release()

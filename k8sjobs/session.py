@@ -97,7 +97,7 @@ class Session:
         self._running: set[str] = set()
         self._started = False
         self._closed = False
-        self._pacing = False  # holds the garbage collector's pace (see _gcpace)
+        self._pace = _gcpace.Holder()  # the garbage collector's pace, held while started
 
     @property
     def namespace(self) -> str:
@@ -154,9 +154,7 @@ class Session:
         if self._closed:
             raise SessionClosed("Cannot start a session that has been closed.")
         self._started = True
-        if not self._pacing:
-            self._pacing = True
-            _gcpace.hold()
+        self._pace.hold()
         await self._backend(self._default_kind)
 
     async def aclose(self) -> None:
@@ -169,9 +167,7 @@ class Session:
             for kind in self._running:
                 await self._backends[kind].aclose()
         finally:
-            if self._pacing:
-                self._pacing = False
-                _gcpace.release()
+            self._pace.release()
 
     async def submit(
         self,

@@ -45,6 +45,18 @@ def test_the_last_of_several_holders_puts_the_thresholds_back() -> None:
     assert gc.get_threshold() == (700, 10, 10)
 
 
+def test_a_holder_counts_once_however_often_it_holds_or_releases() -> None:
+    first, second = _gcpace.Holder(), _gcpace.Holder()
+    first.hold()
+    first.hold()
+    second.hold()
+    first.release()
+    first.release()
+    assert gc.get_threshold()[0] == _gcpace.YOUNG_THRESHOLD  # the second still holds
+    second.release()
+    assert gc.get_threshold() == (700, 10, 10)
+
+
 @pytest.mark.parametrize("young", [0, 50_000, 100_000])
 def test_a_slower_pace_or_collection_turned_off_is_left_alone(young: int) -> None:
     gc.set_threshold(young, 10, 10)

@@ -68,7 +68,8 @@ class FakeCluster:
         port: int = 0,
         handoff: str | None = None,
     ) -> None:
-        self._pacing = False  # holds the garbage collector's pace while started (_gcpace)
+        # It holds every object it serves, as a driver holds its steps: paced while started.
+        self._pace = _gcpace.Holder()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="k8sjobs-fake-")
@@ -136,9 +137,7 @@ class FakeCluster:
         self.controller.start()
         self.kubelet.start()
         self.write_kubeconfig(self.kubeconfig_path)
-        if not self._pacing:  # it holds every object it serves, as a driver holds its steps
-            self._pacing = True
-            _gcpace.hold()
+        self._pace.hold()
         return self
 
     async def stop(self) -> None:
@@ -152,9 +151,7 @@ class FakeCluster:
         if self._tmp is not None:
             await asyncio.to_thread(self._tmp.cleanup)
             self._tmp = None
-        if self._pacing:
-            self._pacing = False
-            _gcpace.release()
+        self._pace.release()
 
     async def restart(self) -> None:
         """Restart the API server on the same port; objects, history and counters are kept."""
