@@ -119,7 +119,7 @@ def _full_collections(steps: int) -> int:
     return full["full"]
 
 
-def test_full_collections_do_not_come_with_every_few_steps_while_held() -> None:
+def test_held_full_collections_come_only_as_the_kept_state_grows() -> None:
     # Not a timing: CPython's collections follow the allocations, which this loop fixes.
     # At the default pace a full collection (a walk of every kept object) comes every few
     # thousand steps, so its cost per step grows with the steps kept; held, it comes only
