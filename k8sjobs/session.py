@@ -155,7 +155,11 @@ class Session:
             raise SessionClosed("Cannot start a session that has been closed.")
         self._started = True
         self._pace.hold()
-        await self._backend(self._default_kind)
+        try:
+            await self._backend(self._default_kind)
+        except BaseException:
+            self._pace.release()  # a session that did not start (even by Ctrl-C) holds nothing
+            raise
 
     async def aclose(self) -> None:
         """Stop deferred submissions and close every backend; running steps keep running."""

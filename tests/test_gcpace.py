@@ -87,6 +87,14 @@ async def test_an_open_session_holds_the_pace_once(tmp_path: Path) -> None:
     assert _gcpace._holders == 0
 
 
+async def test_a_session_that_fails_to_start_leaves_the_pace_as_it_was(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="kube-config"):
+        async with Session(study="s", kubeconfig=tmp_path / "missing"):
+            pass
+    assert gc.get_threshold() == (700, 10, 10)
+    assert _gcpace._holders == 0
+
+
 async def test_a_running_fake_cluster_holds_the_pace() -> None:
     async with FakeCluster("simulate"):
         assert gc.get_threshold()[0] == _gcpace.YOUNG_THRESHOLD
