@@ -606,17 +606,35 @@ def scale_line(n: int, pace: str, runs: list[dict[str, Any]], base: float | None
     )
 
 
+def positive(text: str) -> int:
+    """Parse a count the benchmark divides by or takes a median of: at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def sizes(text: str) -> list[int]:
+    """Parse ``--scale``: comma-separated step counts, each at least 1."""
+    return [positive(x) for x in text.split(",") if x.strip()]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=1000, help="steps for throughput/latency")
+    parser.add_argument("--steps", type=positive, default=1000, help="steps for throughput/latency")
     parser.add_argument(
-        "--scale", help="comma-separated concurrent steps for RSS/CPU (fake default: 10000)"
+        "--scale",
+        type=sizes,
+        help="comma-separated concurrent steps for RSS/CPU (fake default: 10000)",
     )
-    parser.add_argument("--rounds", type=int, default=5, help="throughput rounds (median)")
+    parser.add_argument("--rounds", type=positive, default=5, help="throughput rounds (median)")
     parser.add_argument(
-        "--scale-rounds", type=int, default=1, help="scale rounds (median; 5 for the table)"
+        "--scale-rounds", type=positive, default=1, help="scale rounds (median; 5 for the table)"
     )
     parser.add_argument(
         "--gc-pace",
@@ -647,10 +665,10 @@ async def main() -> None:
         await throughput(cluster, args.steps, args.rounds)
     if "waiting" in only and not real:
         await waiting(args.steps, args.poll_interval, args.wait_start)
-    sizes = [int(x) for x in (args.scale or ("" if real else "10000")).split(",") if x]
-    if "scale" in only and sizes:
+    counts = args.scale if args.scale is not None else ([] if real else [10_000])
+    if "scale" in only and counts:
         paces = ["paced", "default"] if args.gc_pace == "both" else [args.gc_pace]
-        await scale_table(cluster, sizes, args.scale_rounds, paces)
+        await scale_table(cluster, counts, args.scale_rounds, paces)
 
 
 if __name__ == "__main__":
