@@ -183,7 +183,9 @@ class Progress:
             self._timer = asyncio.get_running_loop().call_later(delay, self._draw)
 
     def _draw(self) -> None:
-        self._timer = None
+        if self._timer is not None:  # a change drew before it: it would draw the same again
+            self._timer.cancel()
+            self._timer = None
         self._next_draw = self._clock() + self._gap
         if self._live is not None and self._live.is_started:
             self._live.refresh()

@@ -95,6 +95,19 @@ async def test_draws_are_at_most_rate_per_second_and_the_last_one_is_current() -
         assert progress.view.draws == 3
 
 
+async def test_a_draw_cancels_the_timer_it_makes_needless() -> None:
+    clock = Clock()
+    progress = Progress(["a", "b"], terminal(), live=True, clock=clock, rate=4)
+    with progress:
+        progress.update(StepResult(name="a", state=StepState.RUNNING))  # slot taken: a timer
+        timer = progress._timer
+        assert timer is not None and progress.view.draws == 1
+        clock.now += 0.25  # the loop was busy past the slot: the next change draws itself
+        progress.update(StepResult(name="b", state=StepState.RUNNING))
+        assert progress.view.draws == 2
+        assert timer.cancelled()  # else it would draw again in the same slot
+
+
 async def test_final_table_lists_every_step_in_its_last_state() -> None:
     names = [f"step-{i}" for i in range(2000)]
     console = terminal()
