@@ -32,6 +32,7 @@ from typing import Any
 
 import anyio
 
+from ._keeper import start_time
 from ._podstatus import now
 
 __all__ = ["Keeper", "Orphan", "claim", "ended_status", "find_orphans"]
@@ -141,7 +142,7 @@ def claim(state: Path, pid: int) -> None:
     misses a keeper that may start the program (blocking).
     """
     with open(f"{state}.asked", "w") as out:
-        out.write(f"{pid} {_start_time(pid)}\n")
+        out.write(f"{pid} {start_time(pid)}\n")
 
 
 def ended_status(status: Mapping[str, Any], codes: Mapping[str, int]) -> dict[str, Any]:
@@ -189,12 +190,12 @@ def _claimed_keeper(state: Path) -> Keeper | None:
     ``.keeper`` or ended (within milliseconds: it reads the request, or the end of its cut
     connection); ended without ``.keeper``, it started nothing.
     """
+    asked = _keeper_file(state, "asked")  # written by the driver, which is gone: read once
     deadline = time.monotonic() + _SETTLE_SECONDS
     while True:
         keeper = _keeper_file(state, "keeper")
         if keeper is not None:
             return keeper if keeper.alive() or keeper.exit_code() is not None else None
-        asked = _keeper_file(state, "asked")
         if asked is None or not asked.alive():
             keeper = _keeper_file(state, "keeper")  # written just before it ended?
             return keeper if keeper is not None and keeper.exit_code() is not None else None
@@ -220,9 +221,3 @@ def _keeper_file(state: Path, kind: str) -> Keeper | None:
         return Keeper(int(pid), int(started), state)
     except (OSError, ValueError):
         return None  # absent, or still being written (the keeper writes it in place)
-
-
-def _start_time(pid: int) -> int:
-    """Return a process's start time (clock ticks since boot), as its keeper records it."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        return int(stat.read().rsplit(b")", 1)[1].split()[19])
