@@ -10,11 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from k8sjobs.local._faults import FAULT_KILL
 from k8sjobs.names import label_value
 
 from ..waiting import wait_until_sync
@@ -29,13 +30,14 @@ class Drivers:
         self.word = word
         self.started: list[subprocess.Popen[str]] = []
 
-    def run(self, *args: str) -> subprocess.Popen[str]:
+    def run(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
         process = subprocess.Popen(
             [sys.executable, "-m", "k8sjobs.cli", "run", "study.yaml", "--plain", *args],
             cwd=self.folder,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         self.started.append(process)
         return process
@@ -210,16 +212,7 @@ def test_a_driver_killed_at_any_point_of_a_start_never_runs_the_step_twice(
         release.touch()  # the program ends on its own, while its driver is being killed
     # Its command line does not hold drivers.word: only the release ends it if the test fails.
     request.addfinalizer(release.touch)
-    env = {**os.environ, "K8SJOBS_FAULT_KILL": point}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "k8sjobs.cli", "run", "study.yaml", "--plain"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    drivers.started.append(first)
+    first = drivers.run(env={**os.environ, FAULT_KILL: point})
     out, err = first.communicate(timeout=120)
     assert first.returncode == -signal.SIGKILL, f"not killed at {point}:\n{out}{err}"
     release.touch()

@@ -24,10 +24,11 @@ import pytest
 
 from k8sjobs import Resources, Session, Step, StepResult, StepState
 from k8sjobs.local import LocalBackend
+from k8sjobs.local._keeper import descendants
 from k8sjobs.testing import FakeCluster
 
 from ..waiting import wait_until
-from .test_multinode_mpi import HELLO_C, RANK_LINE, until_logged
+from .test_multinode_mpi import HELLO_C, RANK_LINE, until_logged, worker_pid
 
 
 @pytest.fixture(scope="module")
@@ -102,32 +103,9 @@ def assert_hello_ran(result: StepResult, log: str) -> None:
     assert sorted(by_parent(log).values()) == [[0, 1], [2, 3]], log
 
 
-def descendants(root: int) -> set[int]:
-    """Return the live processes below ``root`` (from /proc; bounded by the machine)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            continue  # it ended while we looked
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 def command_line(pid: int) -> bytes:
     """Return a live process's command line."""
     return Path(f"/proc/{pid}/cmdline").read_bytes()
-
-
-def worker_pid(root: Path, object_name: str) -> int:
-    """Return index 1's agent server (its container's session leader), from its sshd.pid."""
-    (found,) = root.glob(f"**/{object_name}-1-*/volumes/sshd/sshd.pid")
-    return int(found.read_text())
 
 
 async def test_mpich_hello_world_across_two_nodes(
@@ -155,7 +133,7 @@ async def test_a_worker_killed_under_mpich_fails_the_step_naming_its_index(
 ) -> None:
     handle = await where.session.submit(mpich_step(mpich, HANG="1"))
     await until_logged(handle, lambda log: len(RANK_LINE.findall(log)) == 4)
-    worker = worker_pid(where.pods, handle.object_name)
+    worker = worker_pid(where.pods, handle)
     # Ranks 2 and 3 were started by a Hydra proxy that runs in the worker's pod.
     (proxy,) = (p for p, ranks in by_parent(await handle.logs()).items() if ranks == [2, 3])
     assert proxy in descendants(worker)
