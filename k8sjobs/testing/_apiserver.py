@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import bisect
 import contextlib
 import json
 import ssl
@@ -210,8 +209,10 @@ class ApiServer:
             metadata["continue"] = _encode_continue(next_key, list_rv)
             # Unknown with a selector, and then left out, as a real API server does.
             if not query.get("labelSelector") and not query.get("fieldSelector"):
-                metadata["remainingItemCount"] = sum(
-                    1 for _ in self._candidates(res, ns, only, next_key)
+                metadata["remainingItemCount"] = (
+                    self.store.count_after(res.plural, ns, next_key[len(ns) + 1 :])
+                    if ns is not None
+                    else sum(1 for _ in self._candidates(res, ns, only, next_key))
                 )
         if _table.wants_table(request.headers.get("Accept", "")):
             cont = metadata.get("continue", "")
@@ -236,12 +237,7 @@ class ApiServer:
         if ns is None or (after and not after.startswith(f"{ns}/")):
             yield from list(self.store.iter(res.plural, ns))
             return
-        names = self.store.names(res.plural, ns)
-        first = bisect.bisect_right(names, after[len(ns) + 1 :])
-        for name in names[first:]:
-            obj = self.store.get(res.plural, ns, name)
-            if obj is not None:
-                yield obj
+        yield from self.store.iter(res.plural, ns, after=after[len(ns) + 1 :])
 
     def _decode_continue(self, token: str) -> tuple[str, int]:
         try:

@@ -179,19 +179,24 @@ class Store:
         found = (self.get(*key) for key in self._dependents.get(owner_uid, ()))
         return [obj for obj in found if obj is not None]
 
-    def iter(self, resource: str, namespace: str | None = None) -> Iterator[Obj]:
-        """Yield the objects of `resource`, in one namespace or in all, sorted by key."""
-        if namespace is not None:
-            bucket = self._objects.get((resource, namespace), {})
-            yield from (bucket[n] for n in list(self._names.get((resource, namespace), ())))
-            return
-        for res, ns in sorted(k for k in self._objects if k[0] == resource):
-            bucket = self._objects[(res, ns)]
-            yield from (bucket[n] for n in sorted(bucket))
+    def iter(self, resource: str, namespace: str | None = None, after: str = "") -> Iterator[Obj]:
+        """Yield the objects of `resource`, in one namespace or in all, sorted by key; in one
+        namespace, only those named after `after` (found by bisection: a page of a paged
+        list costs its own objects, not all before it)."""
+        buckets = (
+            [namespace]
+            if namespace is not None
+            else sorted(ns for res, ns in self._objects if res == resource)
+        )
+        for ns in buckets:
+            bucket = self._objects.get((resource, ns), {})
+            names = self._names.get((resource, ns), [])
+            yield from (bucket[n] for n in names[bisect.bisect_right(names, after) :])
 
-    def names(self, resource: str, namespace: str) -> list[str]:
-        """Return the sorted names of `resource` in `namespace` (read-only, until a write)."""
-        return self._names.get((resource, namespace), [])
+    def count_after(self, resource: str, namespace: str, after: str) -> int:
+        """Return how many objects of `resource` in `namespace` are named after `after`."""
+        names = self._names.get((resource, namespace), [])
+        return len(names) - bisect.bisect_right(names, after)
 
     def count(self, resource: str) -> int:
         """Return how many objects of `resource` exist."""
