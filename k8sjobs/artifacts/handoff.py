@@ -285,10 +285,6 @@ async def push_failed_outputs(
     return results
 
 
-def _write_json_atomically(path: Path, data: object) -> None:
-    _mark(path, json.dumps(data, sort_keys=True))
-
-
 async def run_push(
     config: HandoffConfig,
     timeout: float | None,
@@ -325,8 +321,9 @@ async def run_push(
         results = await push_failed_outputs(config, workdir, code, err, stores)
     else:
         results = await push_outputs(config, workdir, stores)
-    await asyncio.to_thread(_write_json_atomically, status_dir / OUTPUTS_FILE, results)
-    print(json.dumps(results, sort_keys=True), file=out, flush=True)
+    report = json.dumps(results, sort_keys=True)
+    await asyncio.to_thread(_mark, status_dir / OUTPUTS_FILE, report)
+    print(report, file=out, flush=True)
     return 0
 
 
