@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from k8sjobs._statustable import Progress, status_table
+from k8sjobs.cli.statustable import Progress, status_table
 from k8sjobs.state import StepResult, StepState
 
 OLD = "before (whole table per change)"

@@ -39,10 +39,10 @@ import aiohttp
 from k8sjobs import _gcpace
 from k8sjobs.handle import StepHandle
 from k8sjobs.kube import KubeClient, load_config
-from k8sjobs.names import label_value
-from k8sjobs.render import Target, render
+from k8sjobs.render.manifests import Target, render
 from k8sjobs.session import Session
-from k8sjobs.spec import Step
+from k8sjobs.steps.names import label_value
+from k8sjobs.steps.spec import Step
 
 SERVER = """
 import asyncio, json, resource, sys, time

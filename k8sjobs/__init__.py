@@ -40,31 +40,29 @@ if _typing.TYPE_CHECKING:
     from .artifacts import open_store
     from .handle import StepHandle
     from .render import Manifests, Target, render
-    from .scheduling import Affinity
     from .session import Session, default_session, submit_step
-    from .spec import Resources, SecretKeyRef, Step, StepOutput, Toleration
     from .state import StepResult, StepState
+    from .steps import Affinity, Resources, SecretKeyRef, Step, StepOutput, Toleration, Volume
     from .study import Study, StudyRun, load_study
-    from .volumes import Volume
 
 # Where each public name lives, imported on first use: ``python -m k8sjobs.handoff`` (every
 # pod's handoff containers) imports this package, and must not pay for pydantic and yaml.
 _HOMES = {
-    "Affinity": ".scheduling",
+    "Affinity": ".steps",
     "Manifests": ".render",
-    "Resources": ".spec",
-    "SecretKeyRef": ".spec",
+    "Resources": ".steps",
+    "SecretKeyRef": ".steps",
     "Session": ".session",
-    "Step": ".spec",
+    "Step": ".steps",
     "StepHandle": ".handle",
-    "StepOutput": ".spec",
+    "StepOutput": ".steps",
     "StepResult": ".state",
     "StepState": ".state",
     "Study": ".study",
     "StudyRun": ".study",
     "Target": ".render",
-    "Toleration": ".spec",
-    "Volume": ".volumes",
+    "Toleration": ".steps",
+    "Volume": ".steps",
     "default_session": ".session",
     "load_study": ".study",
     "open_store": ".artifacts",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from .handle import StepControl, StepHandle
 
 if TYPE_CHECKING:
-    from .render import Manifests
+    from .render.manifests import Manifests
 
 __all__ = ["Backend"]
 

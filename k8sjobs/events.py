@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from .failure import disruption, rule_action
 from .status import parse_time, pod_failure
+from .steps.failure import disruption, rule_action
 
 __all__ = ["EVENT_LIMIT", "EventLog", "StepEvent", "pod_event"]
 

@@ -20,7 +20,7 @@ from .events import EventLog, StepEvent
 from .state import StepResult, StepState
 
 if TYPE_CHECKING:
-    from .spec import Step, StepOutput
+    from .steps.spec import Step, StepOutput
 
 __all__ = ["StepControl", "StepHandle"]
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from .names import label_value
+from .steps.names import label_value
 
 __all__ = ["RunJournal", "read_run", "record_paths"]
 

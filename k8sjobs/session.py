@@ -25,11 +25,11 @@ from . import _gcpace
 from .backend import Backend
 from .errors import SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
-from .multinode import SshKey
-from .render import HANDOFF_IMAGE, Manifests, Target, placement, render
-from .spec import Step, StepOutput
-from .sshkey import key_for
+from .render.manifests import HANDOFF_IMAGE, Manifests, Target, placement, render
+from .render.multinode import SshKey
+from .render.sshkey import key_for
 from .state import StepResult, StepState
+from .steps.spec import Step, StepOutput
 
 if TYPE_CHECKING:
     from .kube.watch import WatchStats

@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from .failure import describe_rule, disruption, failed_rule
-from .minicluster import HANDOFF_CONTAINER
-from .multinode import is_launched
-from .render import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
+from .render.manifests import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
+from .render.minicluster import HANDOFF_CONTAINER
+from .render.multinode import is_launched
 from .state import StepResult, StepState
+from .steps.failure import describe_rule, disruption, failed_rule
 
 __all__ = [
     "IMAGE_ERRORS",

@@ -45,8 +45,8 @@ from .errors import StudyBusy, StudyError
 from .handle import StepHandle
 from .runrecord import RunJournal
 from .session import Session, dependency_failure
-from .spec import SCRIPT_LIMIT, Step, StepOutput
 from .state import StepResult, StepState
+from .steps.spec import SCRIPT_LIMIT, Step, StepOutput
 
 __all__ = ["Study", "StudyRun", "load_study"]
 

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from .handle import StepHandle
 from .session import Session
-from .spec import Step
 from .state import StepResult
+from .steps.spec import Step
 
 __all__ = ["BlockingSession", "run"]
 

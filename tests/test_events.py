@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k8sjobs.events import EVENT_LIMIT, EventLog, StepEvent, pod_event
-from k8sjobs.failure import pod_failure_policy
+from k8sjobs.steps.failure import pod_failure_policy
 
 
 def _event(pod: str, reason: str = "ExitCode") -> StepEvent:

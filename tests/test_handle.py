@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from k8sjobs.errors import StepFailed
 from k8sjobs.handle import StepControl, StepHandle
-from k8sjobs.spec import Step
 from k8sjobs.state import StepResult, StepState
+from k8sjobs.steps.spec import Step
 
 P, R = StepState.PENDING, StepState.RUNNING
 RANK = {P: 0, R: 1}  # every terminal state ranks 2

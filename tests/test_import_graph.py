@@ -99,3 +99,84 @@ def test_the_local_backend_imports_nothing_of_the_kubernetes_backend() -> None:
 def test_the_package_has_no_import_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+# What does I/O, and so may not be imported by the pure core: the backends, the artifact
+# transport (registry, layout, transfers), the session layer and the network libraries.
+IO_MODULES = ("k8sjobs.kube", "k8sjobs.local", "k8sjobs.testing", "k8sjobs.maestro")
+IO_NAMES = {
+    "k8sjobs.session",
+    "k8sjobs.sync",
+    "k8sjobs.study",
+    "k8sjobs.backend",
+    "k8sjobs.handle",
+}
+# The pure pieces of artifacts/ the core may use: reference parsing and media types.
+PURE_ARTIFACTS = {"k8sjobs.artifacts", "k8sjobs.artifacts._reference", "k8sjobs.artifacts._media"}
+IO_LIBRARIES = ("aiohttp", "anyio", "asyncio", "kubernetes_asyncio", "socket", "subprocess")
+
+
+def third_party_imports(name: str) -> set[str]:
+    """Return the top-level names of what module ``name`` imports from outside the package."""
+    path, _ = module_files()[name]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"k8sjobs"}
+
+
+def rule_breaks(graph: dict[str, set[str]], room: str) -> list[str]:
+    """Return each import of a module of ``room`` that breaks the pure core's rule."""
+    breaks = []
+    for name in sorted(n for n in graph if n == room or n.startswith(room + ".")):
+        for target in sorted(graph[name]):
+            io = (
+                target.startswith(IO_MODULES)
+                or target in IO_NAMES
+                or target.startswith("k8sjobs.cli")
+            )
+            transport = target.startswith("k8sjobs.artifacts") and target not in PURE_ARTIFACTS
+            upward = room == "k8sjobs.steps" and target.startswith("k8sjobs.render")
+            if io or transport or upward:
+                breaks.append(f"{name} imports {target}")
+        breaks += [
+            f"{name} imports {lib}"
+            for lib in sorted(third_party_imports(name))
+            if lib in IO_LIBRARIES
+        ]
+    return breaks
+
+
+def test_the_pure_core_imports_nothing_that_does_io() -> None:
+    graph = import_graph()
+    for room in ("k8sjobs.steps", "k8sjobs.render"):
+        assert any(n.startswith(room + ".") for n in graph), f"no modules found under {room}"
+        assert rule_breaks(graph, room) == [], "the pure core must stay pure (docs/design.md)"
+
+
+def test_the_import_rule_catches_a_wrong_import() -> None:
+    graph = import_graph()
+    wrong = {
+        **graph,
+        "k8sjobs.steps.spec": graph["k8sjobs.steps.spec"] | {"k8sjobs.render.manifests"},
+    }
+    assert rule_breaks(wrong, "k8sjobs.steps") == [
+        "k8sjobs.steps.spec imports k8sjobs.render.manifests"
+    ]
+    wrong = {
+        **graph,
+        "k8sjobs.render.manifests": graph["k8sjobs.render.manifests"] | {"k8sjobs.kube.client"},
+    }
+    assert "k8sjobs.render.manifests imports k8sjobs.kube.client" in rule_breaks(
+        wrong, "k8sjobs.render"
+    )
+
+
+def test_nothing_below_the_command_line_imports_it() -> None:
+    graph = import_graph()
+    for name in sorted(n for n in graph if not n.startswith("k8sjobs.cli")):
+        cli = sorted(t for t in graph[name] if t.startswith("k8sjobs.cli"))
+        assert not cli, f"{name} imports {cli}: the command line is the top layer"

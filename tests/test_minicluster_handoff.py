@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from k8sjobs import minicluster
-from k8sjobs.render import HANDOFF_IMAGE, Target, render
-from k8sjobs.spec import Resources, Step
+from k8sjobs.render import minicluster
+from k8sjobs.render.manifests import HANDOFF_IMAGE, Target, render
+from k8sjobs.steps.spec import Resources, Step
 
-from .test_minicluster import mpi_step, validator
+from .render.test_minicluster import mpi_step, validator
 
 GOLDEN = Path(__file__).parent / "golden" / "minicluster-handoff.yaml"
 TARGET = Target(study="flux", namespace="hpc", store="registry.example:5000/art")

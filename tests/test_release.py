@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from k8sjobs import __version__
-from k8sjobs.render import HANDOFF_IMAGE
+from k8sjobs.render.manifests import HANDOFF_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))

@@ -9,7 +9,7 @@ import pytest
 
 from k8sjobs import Session, Step, StepFailed, StepState, StudyError
 from k8sjobs.local import LocalBackend
-from k8sjobs.render import Target, placement
+from k8sjobs.render.manifests import Target, placement
 
 from .waiting import wait_until
 
@@ -127,7 +127,7 @@ async def test_a_step_is_placed_once_whatever_the_number_of_steps_in_flight(
 ) -> None:
     # job_name's cache holds 65,536 names: with more steps in flight, each placement worked
     # out again is a miss, so the session renders with the placement it named the handle by.
-    rendering = sys.modules["k8sjobs.render"]  # the package's `render` is the function
+    rendering = sys.modules["k8sjobs.render.manifests"]
     placed: list[str] = []
 
     def counting(step: Step, target: Target) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from k8sjobs import Session, Step, StepOutput, StepResult, StepState, StudyError, load_study
 from k8sjobs._boundedyaml import MAX_ALIASES, MAX_DEPTH, MAX_VALUES
-from k8sjobs.cli import main
+from k8sjobs.cli.main import main
 from k8sjobs.local import LocalBackend
 from k8sjobs.study import MAX_STEPS, MAX_STUDY_BYTES, StudyRun, parse_study
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from k8sjobs.spec import Step
+from k8sjobs.steps.spec import Step
 from k8sjobs.sync import BlockingSession
 from k8sjobs.testing import FakeCluster
 

@@ -7,7 +7,7 @@ fails: as much of it as exists, annotated with the exit code, never under its ow
 ``python -m k8sjobs.handoff push --config F`` runs beside the main container, waits for its
 exit-code marker, and pushes the declared outputs only when that code is 0.
 ``python -m k8sjobs.handoff sidecar --config F`` does both from beside a MiniCluster's Flux
-runner, which has no init containers (``run_sidecar``, k8sjobs.minicluster). The config file
+runner, which has no init containers (``run_sidecar``, k8sjobs.render.minicluster). The config file
 (JSON, written by render.py)::
 
     {"store": "<location>", "plain_http": false, "ca_file": null,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 
 EXIT_MARKER = "exitcode"
-#: The sidecar's marks for a MiniCluster's Flux runner (k8sjobs.minicluster.RUN_WRAPPER).
+#: The sidecar's marks for a MiniCluster's Flux runner (k8sjobs.render.minicluster.RUN_WRAPPER).
 READY_MARKER = "ready"
 PULL_FAILED_MARKER = "pull-failed"
 PATHS_DIR = "paths"
@@ -464,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the handoff command line; return its exit code (errors: one line on stderr).
 
     Without arguments, they come from $K8SJOBS_HANDOFF_ARGS (split at white space): a Flux
-    Operator container runs the image's entrypoint alone (k8sjobs.minicluster).
+    Operator container runs the image's entrypoint alone (k8sjobs.render.minicluster).
     """
     if argv is None and len(sys.argv) == 1 and os.environ.get(ARGS_ENV):
         argv = os.environ[ARGS_ENV].split()

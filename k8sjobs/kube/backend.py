@@ -25,9 +25,7 @@ from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, NotFound
 from ..events import pod_event
 from ..handle import StepHandle
-from ..minicluster import HANDOFF_CONTAINER
-from ..names import label_value
-from ..render import (
+from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
     ANNOTATION_OUTPUTS,
     ANNOTATION_STEP,
@@ -36,8 +34,10 @@ from ..render import (
     PUSH_CONTAINER,
     Manifests,
 )
+from ..render.minicluster import HANDOFF_CONTAINER
 from ..state import StepResult, StepState
 from ..status import IMAGE_ERRORS, grace_deadline, judge, unseen_pods
+from ..steps.names import label_value
 from .client import (
     CONFIGMAPS,
     JOBS,
@@ -538,7 +538,7 @@ class KubernetesBackend:
     async def _pushed(self, handle: StepHandle, pods: list[dict[str, Any]]) -> dict[str, str]:
         """Return the digest references the push container printed as its last line."""
         for pod in _succeeded_first(pods):
-            # A MiniCluster's pod pushes from its handoff sidecar (k8sjobs.minicluster).
+            # A MiniCluster's pod pushes from its handoff sidecar (k8sjobs.render.minicluster).
             names = {c.get("name") for c in pod["status"].get("containerStatuses") or ()}
             pusher = HANDOFF_CONTAINER if HANDOFF_CONTAINER in names else PUSH_CONTAINER
             try:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..errors import AlreadyExists, NotFound, SpecMismatch
-from ..render import ANNOTATION_STEP, LABEL_HASH, Manifests
+from ..render.manifests import ANNOTATION_STEP, LABEL_HASH, Manifests
 from .client import CONFIGMAPS, JOBS, MINICLUSTERS, SECRETS, SERVICES, Kind, KubeClient
 
 __all__ = ["EXTRA_KINDS", "create_step", "deleting", "spec_hash", "top_kind"]

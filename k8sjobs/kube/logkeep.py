@@ -26,7 +26,7 @@ from typing import IO
 import aiohttp
 
 from ..errors import ApiError
-from ..names import label_value
+from ..steps.names import label_value
 from .client import POD_LOGS, KubeClient
 
 __all__ = ["LogKeeper", "file_name"]

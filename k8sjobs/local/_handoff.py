@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..artifacts import handoff
-from ..render import PULL_CONTAINER, PUSH_CONTAINER
+from ..render.manifests import PULL_CONTAINER, PUSH_CONTAINER
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore

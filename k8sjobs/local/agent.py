@@ -2,7 +2,7 @@
 
 On a cluster the launcher (index 0) of a multi-node step reaches its workers with ssh: each
 worker runs sshd on port 2222 and ``mpirun`` starts one daemon per pod through it (see
-``k8sjobs/multinode.py`` for that contract). Locally every index is a pod run by the
+``k8sjobs/render/multinode.py`` for that contract). Locally every index is a pod run by the
 ``PodRunner``, each a process group with its own environment and sandbox, and this module
 stands in for both ends of ssh:
 
@@ -48,7 +48,7 @@ ranks of the same local rank would share one and crash), Open MPI's shared-memor
 is off (``btl=^vader,sm``): ranks talk over TCP on loopback (``btl_tcp_if_include=lo``, and
 the daemons too, ``oob_tcp_if_include=lo``), so no network interface is needed either.
 
-The contract with the role wrapper (``k8sjobs/multinode.py``), as the rendered pod leaves it
+The contract with the role wrapper (``k8sjobs/render/multinode.py``), as the rendered pod leaves it
 to the backend: the wrapper runs ``$K8SJOBS_WORKER_SERVE`` instead of sshd on a worker,
 checks each worker with ``$K8SJOBS_WAIT_WORKERS <host>`` instead of ``ssh <host> true``, and
 writes its termination message to ``$K8SJOBS_TERMINATION_LOG`` (the runner reads it back
@@ -103,7 +103,7 @@ _HEADER = struct.Struct(">cI")
 _CHUNK = 65536
 _STOP_GRACE = 2.0
 _UNREACHABLE = 255
-#: The port workers' sshd listens on (k8sjobs.multinode.SSH_PORT; this file imports no
+#: The port workers' sshd listens on (k8sjobs.render.multinode.SSH_PORT; this file imports no
 #: k8sjobs) and the one ssh uses unless told.
 SSHD_PORT = 2222
 _SSH_DEFAULT_PORT = 22

@@ -33,12 +33,9 @@ import anyio
 from ..artifacts.handoff import OUTPUTS_FILE, read_push_report
 from ..errors import SpecMismatch
 from ..events import StepEvent, pod_event
-from ..failure import rule_action
 from ..handle import StepHandle
-from ..jobindex import format_indexes, match_success_policy
-from ..names import label_value
-from ..quantity import parse_bytes, parse_cores
-from ..render import (
+from ..render.jobindex import format_indexes, match_success_policy
+from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
     ANNOTATION_STEP,
     ANNOTATION_STUDY,
@@ -47,9 +44,12 @@ from ..render import (
     PULL_CONTAINER,
     PUSH_CONTAINER,
 )
-from ..scheduling import ignored as ignored_scheduling
 from ..state import StepResult, StepState
 from ..status import judge
+from ..steps.failure import rule_action
+from ..steps.names import label_value
+from ..steps.quantity import parse_bytes, parse_cores
+from ..steps.scheduling import ignored as ignored_scheduling
 from ._adopt import Orphan, ended_status, find_orphans
 from ._faults import kill_point
 from ._handoff import InProcessHandoff, handoff_mode
@@ -62,7 +62,7 @@ from .podrunner import PodRunner
 from .slots import SlotScheduler
 
 if TYPE_CHECKING:
-    from ..render import Manifests
+    from ..render.manifests import Manifests
 
 __all__ = ["LocalBackend"]
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import anyio
 
-from ..quantity import parse_bytes
+from ..steps.quantity import parse_bytes
 from . import agent
 from ._env import base_env, declared_env, expand
 from ._faults import kill_point

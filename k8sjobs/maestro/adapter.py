@@ -42,21 +42,21 @@ from pydantic import (
     model_validator,
 )
 
-from .. import minicluster, multinode
 from ..errors import ApiError, NotFound
 from ..kube.client import JOBS, PODS, Kind, KubeClient
 from ..kube.config import load_config
 from ..kube.create import create_step, top_kind
 from ..kube.watch import wait_deleted
-from ..names import is_dns_label, job_name
-from ..render import MAIN_CONTAINER, Manifests, Target, render
-from ..scheduling import Affinity
-from ..spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
-from ..sshkey import key_for
+from ..render import minicluster, multinode
+from ..render.manifests import MAIN_CONTAINER, Manifests, Target, render
+from ..render.sshkey import key_for
 from ..state import StepResult, StepState
 from ..status import judge
+from ..steps.names import is_dns_label, job_name
+from ..steps.scheduling import Affinity
+from ..steps.spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
+from ..steps.volumes import Volume
 from ..sync import run
-from ..volumes import Volume
 
 with warnings.catch_warnings():
     # maestrowf 1.2 scans its adapters with the deprecated loader.load_module(); that is
@@ -158,7 +158,7 @@ class StepSettings(_VolumesAndPlacement):
     service_account: str | None = None
     queue: str | None = None
     retries: int | None = Field(None, ge=0)
-    # The failure policy (k8sjobs.failure); checked by Step, with the field in the error.
+    # The failure policy (k8sjobs.steps.failure); checked by Step, with the field in the error.
     disruptions: Literal["ignore", "count"] | None = None
     retry_on_exit_codes: list[int] | None = None
     fail_on_exit_codes: list[int] | None = None
@@ -203,11 +203,11 @@ class BatchSettings(_VolumesAndPlacement):
     fail_on_exit_codes: list[int] = []
     push_outputs: Literal["on_success", "always"] = "on_success"
     launcher: str = DEFAULT_LAUNCHER
-    # Multi-node steps (k8sjobs/multinode.py): None means "ssh" when nodes > 1.
+    # Multi-node steps (k8sjobs/render/multinode.py): None means "ssh" when nodes > 1.
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
     ssh_dir: str | None = None
-    # A Job, or a Flux Operator MiniCluster (k8sjobs/minicluster.py).
+    # A Job, or a Flux Operator MiniCluster (k8sjobs/render/minicluster.py).
     target: Literal["job", "minicluster"] = "job"
     flux_in_image: bool = False
     study: str | None = Field(None, description="Study name when no Maestro workspace is found.")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..quantity import parse_quantity
+from ..steps.quantity import parse_quantity
 from ._controller import record_event
 from ._errors import ApiError
 from ._store import Event, Obj, Store, now_rfc3339
@@ -669,8 +669,8 @@ def _with_entrypoints(pod: Obj) -> Obj:
     """Return ``pod`` with the entrypoint of k8sjobs' handoff image as the command of a
     container that gives none (a Flux Operator sidecar), as a container runtime reads it
     from the image; other images' entrypoints are unknown here (the runner says so)."""
-    from ..image import ENTRYPOINT
-    from ..render import HANDOFF_IMAGE
+    from ..artifacts.image import ENTRYPOINT
+    from ..render.manifests import HANDOFF_IMAGE
 
     containers = (pod.get("spec") or {}).get("containers") or []
     if all(c.get("command") or c.get("image") != HANDOFF_IMAGE for c in containers):

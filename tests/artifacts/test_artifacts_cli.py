@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from k8sjobs.cli import main
+from k8sjobs.cli.main import main
 
 from .artifact_helpers import make_tree, same_tree
 

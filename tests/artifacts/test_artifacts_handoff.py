@@ -16,7 +16,7 @@ import pytest
 from k8sjobs.artifacts import Registry
 from k8sjobs.artifacts.handoff import read_push_report
 from k8sjobs.local._handoff import InProcessHandoff, recognise
-from k8sjobs.render import PULL_CONTAINER, PUSH_CONTAINER
+from k8sjobs.render.manifests import PULL_CONTAINER, PUSH_CONTAINER
 from k8sjobs.testing.registry import RegistryServer
 
 from .artifact_helpers import make_tree, same_tree
@@ -203,7 +203,7 @@ def _modules_after(code: str) -> set[str]:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    return set(done.stdout.split()) & {"aiohttp", "pydantic", "yaml", "k8sjobs.spec"}
+    return set(done.stdout.split()) & {"aiohttp", "pydantic", "yaml", "k8sjobs.steps.spec"}
 
 
 def test_the_handoff_entry_point_imports_only_what_its_work_needs() -> None:

@@ -17,10 +17,10 @@ import zstandard
 from k8sjobs.artifacts import LimitExceeded, OCILayout, PullLimits, Registry, _fd, _media, _untar
 from k8sjobs.artifacts._limits import parse_size
 from k8sjobs.artifacts.handoff import HandoffConfig, pull_inputs
-from k8sjobs.cli import main
+from k8sjobs.cli.main import main
 from k8sjobs.errors import HandoffError
-from k8sjobs.render import Target, render
-from k8sjobs.spec import Step
+from k8sjobs.render.manifests import Target, render
+from k8sjobs.steps.spec import Step
 
 from ..waiting import wait_until
 from .artifact_helpers import gzip_bomb, make_tree

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from k8sjobs.handle import StepHandle
 from k8sjobs.session import Session
-from k8sjobs.spec import Step
+from k8sjobs.steps.spec import Step
 from k8sjobs.testing import FakeCluster
 
 FAKE = "fake.k8sjobs.io/"

@@ -14,7 +14,7 @@ from k8sjobs.kube import KubeClient, load_config
 from k8sjobs.kube.client import CONFIGMAPS, JOBS
 from k8sjobs.kube.create import create_step
 from k8sjobs.kube.watch import wait_deleted
-from k8sjobs.render import Manifests, Target, render
+from k8sjobs.render.manifests import Manifests, Target, render
 from k8sjobs.testing import FakeCluster
 
 from ..waiting import wait_until

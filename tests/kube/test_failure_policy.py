@@ -7,7 +7,7 @@ from pathlib import Path
 
 from k8sjobs.kube.backend import KubernetesBackend
 from k8sjobs.kube.client import JOBS, PODS
-from k8sjobs.render import MAIN_CONTAINER
+from k8sjobs.render.manifests import MAIN_CONTAINER
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster
 

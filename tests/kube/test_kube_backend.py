@@ -10,7 +10,7 @@ import pytest
 from k8sjobs.errors import SpecMismatch
 from k8sjobs.kube import KubeClient, KubernetesBackend, load_config
 from k8sjobs.kube.client import CONFIGMAPS, JOBS
-from k8sjobs.render import Target, render
+from k8sjobs.render.manifests import Target, render
 from k8sjobs.session import Session
 from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster

@@ -24,11 +24,11 @@ from k8sjobs.kube import KubeClient, load_config
 from k8sjobs.kube.client import CONFIGMAPS, JOBS, ClientOptions
 from k8sjobs.kube.create import create_step, spec_hash
 from k8sjobs.kube.watch import wait_deleted
-from k8sjobs.render import Manifests, Target, render
+from k8sjobs.render.manifests import Manifests, Target, render
+from k8sjobs.render.sshkey import generate_key
 from k8sjobs.session import Session
-from k8sjobs.spec import Resources, Step
-from k8sjobs.sshkey import generate_key
 from k8sjobs.state import StepState
+from k8sjobs.steps.spec import Resources, Step
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing.registry import Fault, FaultProxy
 

@@ -16,13 +16,13 @@ import pytest
 import pytest_asyncio
 
 from k8sjobs import Session
-from k8sjobs.render import output_reference
-from k8sjobs.spec import Resources, Step
+from k8sjobs.render.manifests import output_reference
 from k8sjobs.state import StepResult, StepState
+from k8sjobs.steps.spec import Resources, Step
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing.registry import RegistryServer, registry_available, registry_process
 
-from ..test_minicluster import crd
+from ..render.test_minicluster import crd
 from ..waiting import wait_until
 from .conftest import FAST
 from .kubehelpers import session
@@ -135,7 +135,7 @@ async def test_execute_mode_runs_the_command_on_the_lead_only(
 
 
 async def test_the_fake_refuses_a_minicluster_its_crd_refuses(flux: FakeCluster) -> None:
-    from k8sjobs.render import Target, render
+    from k8sjobs.render.manifests import Target, render
     from k8sjobs.testing import ApiError
 
     body = render(_flux_step(), Target()).job
@@ -154,7 +154,7 @@ async def test_the_local_backend_refuses_a_minicluster_step(tmp_path: Path) -> N
             await s.submit(_flux_step())
 
 
-# ---- artifacts: the handoff sidecar beside the Flux runner (k8sjobs.minicluster) -------
+# ---- artifacts: the handoff sidecar beside the Flux runner (k8sjobs.render.minicluster) -------
 
 
 @pytest.fixture(scope="module")

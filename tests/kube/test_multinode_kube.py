@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from k8sjobs.spec import Resources, Step
 from k8sjobs.state import StepState
+from k8sjobs.steps.spec import Resources, Step
 from k8sjobs.testing import ApiError, FakeCluster, PodPlan
 
 from .conftest import FAST

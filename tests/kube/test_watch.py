@@ -118,7 +118,7 @@ async def test_server_restart_mid_watch(cluster: FakeCluster, tmp_path: Path) ->
 DRIVER = """
 import asyncio, sys
 from k8sjobs.session import Session
-from k8sjobs.spec import Step
+from k8sjobs import Step
 
 async def main():
     async with Session(study="crash", kubeconfig=sys.argv[1]) as s:
@@ -145,8 +145,11 @@ async def test_killed_driver_reattached_loses_nothing(cluster: FakeCluster, tmp_
         env={**os.environ, "PYTHONPATH": root},
     )
     assert proc.stdout is not None
-    while int((await proc.stdout.readline()) or b"-1") < steps // 2:
-        pass
+    while True:  # an empty line is the driver's end: it died before submitting half
+        line = await proc.stdout.readline()
+        assert line, f"the driver ended early with {await proc.wait()}"
+        if int(line) >= steps // 2:
+            break
     proc.send_signal(signal.SIGKILL)  # mid-submission: some steps may be half created
     await proc.wait()
     async with session(cluster, tmp_path, study="crash") as s:

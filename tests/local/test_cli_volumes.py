@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..test_cli_commands import k8sjobs, study_file
+from ..cli.test_cli_commands import k8sjobs, study_file
 
 STUDY = """\
 name: mapped

@@ -12,7 +12,7 @@ import pytest
 from k8sjobs import Resources, Session, Step, StepHandle, StepState
 from k8sjobs.local import LocalBackend
 from k8sjobs.local._handoff import HANDOFF_ENV, recognise
-from k8sjobs.render import PULL_CONTAINER, PUSH_CONTAINER
+from k8sjobs.render.manifests import PULL_CONTAINER, PUSH_CONTAINER
 
 
 def _session(tmp_path: Path, **options: object) -> Session:

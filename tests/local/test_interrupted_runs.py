@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from k8sjobs.local._faults import FAULT_KILL
-from k8sjobs.names import label_value
+from k8sjobs.steps.names import label_value
 
 from ..waiting import wait_until_sync
 from .processes import alive, with_word

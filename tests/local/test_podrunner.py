@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from k8sjobs.local.podrunner import PodRunner
-from k8sjobs.render import render
-from k8sjobs.spec import Step
+from k8sjobs.render.manifests import render
+from k8sjobs.steps.spec import Step
 
 from ..loop_io import loop_file_calls
 from ..waiting import wait_until

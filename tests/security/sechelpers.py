@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k8sjobs.rbac import RULES, Rule
+from k8sjobs.cli.rbac import RULES, Rule
 from k8sjobs.testing import ApiError, FakeCluster, RequestKey
 
 GROUPS = {"jobs": "batch"}

@@ -21,11 +21,11 @@ from pydantic import SecretStr, ValidationError
 
 from k8sjobs.local import LocalBackend
 from k8sjobs.local.podrunner import PodRunner
-from k8sjobs.render import Manifests, Target
-from k8sjobs.render import render as render_any
+from k8sjobs.render.manifests import Manifests, Target
+from k8sjobs.render.manifests import render as render_any
+from k8sjobs.render.sshkey import generate_key
 from k8sjobs.session import Session
-from k8sjobs.spec import Step
-from k8sjobs.sshkey import generate_key
+from k8sjobs.steps.spec import Step
 
 # Multi-node steps are launched over ssh: they render with a key pair.
 render = partial(render_any, ssh_key=generate_key())

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from k8sjobs.podsecurity import check_baseline, check_restricted
-from k8sjobs.render import PULL_CONTAINER as PULL
-from k8sjobs.render import PUSH_CONTAINER as PUSH
-from k8sjobs.render import Manifests, Target
-from k8sjobs.render import render as render_any
-from k8sjobs.spec import Resources, SecretKeyRef, Step, Toleration
-from k8sjobs.sshkey import generate_key
+from k8sjobs.render.manifests import PULL_CONTAINER as PULL
+from k8sjobs.render.manifests import PUSH_CONTAINER as PUSH
+from k8sjobs.render.manifests import Manifests, Target
+from k8sjobs.render.manifests import render as render_any
+from k8sjobs.render.podsecurity import check_baseline, check_restricted
+from k8sjobs.render.sshkey import generate_key
+from k8sjobs.steps.spec import Resources, SecretKeyRef, Step, Toleration
 
 # Multi-node steps are launched over ssh: they render with a key pair.
 render = partial(render_any, ssh_key=generate_key())

@@ -12,15 +12,15 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from k8sjobs.cli import main
+from k8sjobs.cli.main import main
+from k8sjobs.cli.rbac import RULES, rbac_objects, rbac_yaml
 from k8sjobs.errors import Forbidden
-from k8sjobs.rbac import RULES, rbac_objects, rbac_yaml
-from k8sjobs.render import LABEL_STUDY, Target
-from k8sjobs.render import render as render_any
+from k8sjobs.render.manifests import LABEL_STUDY, Target
+from k8sjobs.render.manifests import render as render_any
+from k8sjobs.render.sshkey import generate_key
 from k8sjobs.session import Session
-from k8sjobs.spec import Resources, Step
-from k8sjobs.sshkey import generate_key
 from k8sjobs.state import StepState
+from k8sjobs.steps.spec import Resources, Step
 from k8sjobs.testing import FakeCluster
 
 from ..waiting import wait_until
@@ -228,9 +228,9 @@ def test_minicluster_flag_adds_only_the_miniclusters_rule(
 async def test_minicluster_rules_are_exactly_what_a_flux_run_sends(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    from k8sjobs.rbac import MINICLUSTER_RULES
+    from k8sjobs.cli.rbac import MINICLUSTER_RULES
 
-    from ..test_minicluster import crd
+    from ..render.test_minicluster import crd
 
     cluster.store.create("customresourcedefinitions", "", crd())  # not through RBAC
     authorizer = Rbac(rules=RULES + MINICLUSTER_RULES)

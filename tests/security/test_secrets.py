@@ -23,11 +23,11 @@ from pydantic import SecretStr
 
 from k8sjobs.artifacts import AuthenticationError, Registry
 from k8sjobs.errors import ApiError
-from k8sjobs.render import Target
-from k8sjobs.render import render as render_any
+from k8sjobs.render.manifests import Target
+from k8sjobs.render.manifests import render as render_any
+from k8sjobs.render.sshkey import generate_key
 from k8sjobs.session import Session
-from k8sjobs.spec import Resources, Step
-from k8sjobs.sshkey import generate_key
+from k8sjobs.steps.spec import Resources, Step
 from k8sjobs.testing import ControllerConfig, Event, FakeCluster
 from k8sjobs.testing.registry import RegistryServer, registry_available, start_registry
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from k8sjobs.rbac import RULES
+from k8sjobs.cli.rbac import RULES
 
 PAGE = Path(__file__).parents[2] / "docs" / "security.md"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k8sjobs.errors import StudyError
-from k8sjobs.render import Manifests, Target
-from k8sjobs.spec import Step
+from k8sjobs.render.manifests import Manifests, Target
+from k8sjobs.steps.spec import Step
+from k8sjobs.steps.volumes import RESERVED_NAMES, RESERVED_PREFIX, SHM_PATH
 from k8sjobs.study import load_study
-from k8sjobs.volumes import RESERVED_NAMES, RESERVED_PREFIX, SHM_PATH
 
-from .test_render import GOLDEN, assert_valid, render
+from ..render.test_render import GOLDEN, assert_valid, render
 from .test_spec import refused
 
 STORE = Target(study="vol", namespace="science", store="registry.example:5000/k8sjobs")

@@ -25,14 +25,11 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
-from . import minicluster, multinode
-from ._version import __version__
-from .failure import pod_failure_policy
-from .multinode import SshKey
-from .names import job_name, label_value
-from .podsecurity import check_restricted
-from .scheduling import pod_fields
-from .spec import (
+from .._version import __version__
+from ..steps.failure import pod_failure_policy
+from ..steps.names import job_name, label_value
+from ..steps.scheduling import pod_fields
+from ..steps.spec import (
     ANNOTATIONS_LIMIT,
     CONFIGMAP_LIMIT,
     DEFAULT_LAUNCHER,
@@ -43,7 +40,11 @@ from .spec import (
     annotations_size,
     find_launcher_calls,
 )
-from .volumes import Volume, pod_volumes, shm_volume, volume_mounts
+from ..steps.volumes import Volume, pod_volumes, shm_volume, volume_mounts
+from . import minicluster, multinode
+from ._shell import RUN_CHILD, leave_exit_code
+from .multinode import SshKey
+from .podsecurity import check_restricted
 
 __all__ = [
     "HANDOFF_IMAGE",
@@ -81,22 +82,12 @@ HANDOFF_UID = 65532
 HANDOFF_TMP = "handoff-tmp"
 
 # Runs the user's interpreter as a child and records its exit code for the push container.
-# The user's argv arrives as "$@": nothing of the user's is ever spliced into this text.
-RUN_WRAPPER = """\
-#!/bin/sh
-# k8sjobs: run the step, then leave its exit code for the output-push container.
-"$@" &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-while :; do
-  wait "$child"
-  rc=$?
-  kill -0 "$child" 2>/dev/null || break
-done
-printf '%s\\n' "$rc" > "$K8SJOBS_STATUS_DIR/exitcode.tmp"
-mv "$K8SJOBS_STATUS_DIR/exitcode.tmp" "$K8SJOBS_STATUS_DIR/exitcode"
-exit "$rc"
-"""
+RUN_WRAPPER = (
+    "#!/bin/sh\n"
+    "# k8sjobs: run the step, then leave its exit code for the output-push container.\n"
+    + RUN_CHILD
+    + leave_exit_code("$K8SJOBS_STATUS_DIR")
+)
 
 
 def _restricted() -> dict[str, Any]:
@@ -259,7 +250,7 @@ def _check_ssh_key(step: Step, ssh_key: SshKey | None) -> None:
     if step.launch_mode == "ssh" and ssh_key is None:
         raise ValueError(
             f'Step "{step.name}" runs on {step.resources.nodes} nodes with launch "ssh", so it '
-            "needs its key pair: pass ssh_key=k8sjobs.sshkey.generate_key() to render "
+            "needs its key pair: pass ssh_key=k8sjobs.render.generate_key() to render "
             '(a Session does this), or set launch: "none"'
         )
     multinode.check_env(step)
@@ -669,7 +660,7 @@ def _job(
 
 
 def _minicluster(step: Step, target: Target, meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the Flux Operator MiniCluster that stands for the Job (k8sjobs.minicluster)."""
+    """Return the Flux Operator MiniCluster that stands for the Job (k8sjobs.render.minicluster)."""
     name, namespace = str(meta["name"]), str(meta["namespace"])
     env = _env(step, target, False) + _user_env(step, name, namespace)
     # Secret values reach the operator by reference (its "secrets"), not as env entries.

@@ -29,9 +29,10 @@ from typing import Any
 
 import anyio
 
-from ._version import __version__
-from .artifacts import Registry
-from .artifacts._media import (
+from .._version import __version__
+from ..errors import K8sJobsError
+from . import Registry
+from ._media import (
     DOCKER_INDEX,
     DOCKER_MANIFEST,
     INDEX,
@@ -40,9 +41,8 @@ from .artifacts._media import (
     Descriptor,
     sha256_digest,
 )
-from .artifacts._reference import Reference, parse_reference
-from .artifacts._streams import VerifyingWriter
-from .errors import K8sJobsError
+from ._reference import Reference, parse_reference
+from ._streams import VerifyingWriter
 
 __all__ = [
     "DEFAULT_BASE",

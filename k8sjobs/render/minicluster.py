@@ -1,7 +1,7 @@
 """Flux Operator steps: a step with ``target: minicluster`` as a ``MiniCluster`` (pure: no I/O).
 
 Where a ``launch: ssh`` step is an Indexed Job whose launcher runs ``mpirun`` over ssh
-(``k8sjobs.multinode``), a MiniCluster step hands the pods to the Flux Operator
+(``k8sjobs.render.multinode``), a MiniCluster step hands the pods to the Flux Operator
 (flux-framework.org/v1alpha2): the operator creates an Indexed Job of ``size`` pods under
 the MiniCluster's name and a headless Service, starts a Flux broker in every pod, and runs
 the step's command once, on the lead broker (index 0), as the initial program of
@@ -62,7 +62,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from .spec import SecretKeyRef, Step
+from ..steps.spec import SecretKeyRef, Step
+from ._shell import RUN_CHILD, leave_exit_code
 
 __all__ = ["API_VERSION", "HANDOFF_CONTAINER", "KIND", "LAUNCHER", "PLURAL", "minicluster"]
 
@@ -90,7 +91,9 @@ INPUT_WAIT = 3600
 # The lead broker's initial program when the step hands artifacts over. The step's argv
 # arrives as "$@": nothing of the user's is spliced into this text; the outputs' paths are
 # read from files the sidecar writes (one per output), so any path is taken as it is.
-RUN_WRAPPER = """\
+RUN_WRAPPER = (
+    (
+        """\
 #!/bin/sh
 # k8sjobs (target: minicluster): wait for the handoff sidecar's inputs, run the step, copy
 # its outputs to the shared volume and leave its exit code there for the sidecar.
@@ -116,14 +119,9 @@ done
 if [ ! -e "$K8SJOBS_INPUTS" ]; then
   mkdir -p "$(dirname "$K8SJOBS_INPUTS")" && ln -s "$shared/inputs" "$K8SJOBS_INPUTS"
 fi
-"$@" &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-while :; do
-  wait "$child"
-  rc=$?
-  kill -0 "$child" 2>/dev/null || break
-done
+"""
+        + RUN_CHILD
+        + """\
 for named in "$status"/paths/*; do
   [ -f "$named" ] || continue
   path=$(cat "$named")
@@ -135,10 +133,12 @@ for named in "$status"/paths/*; do
     printf 'k8sjobs: copying output %s to the handoff volume failed\\n' "$path" >&2
   }
 done
-printf '%s\\n' "$rc" > "$status/exitcode.tmp"
-mv "$status/exitcode.tmp" "$status/exitcode"
-exit "$rc"
-""".replace("@WAIT@", str(INPUT_WAIT)).replace("@CONTAINER@", HANDOFF_CONTAINER)
+"""
+        + leave_exit_code("$status")
+    )
+    .replace("@WAIT@", str(INPUT_WAIT))
+    .replace("@CONTAINER@", HANDOFF_CONTAINER)
+)
 
 
 @dataclass(frozen=True)

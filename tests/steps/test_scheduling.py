@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k8sjobs.render import Target
-from k8sjobs.spec import Step
+from k8sjobs.render.manifests import Target
+from k8sjobs.steps.spec import Step
 
-from .test_render import assert_valid, render
+from ..render.test_render import assert_valid, render
 from .test_spec import refused
 from .test_volumes import assert_golden
 

@@ -23,21 +23,15 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from ._statustable import Progress, status_table
-from .artifacts.cli import add_artifact_commands
-from .errors import K8sJobsError, StudyError
+from ..errors import K8sJobsError, StudyError
+from ..render.manifests import HANDOFF_IMAGE, Target, render
+from ..render.sshkey import key_for
+from ..session import Session
+from ..steps.spec import Step
+from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
+from .artifact import add_artifact_commands
 from .rbac import add_rbac_command
-from .render import HANDOFF_IMAGE, Target, render
-from .session import Session
-from .spec import Step
-from .sshkey import key_for
-from .study import (
-    StudyRun,
-    load_study,
-    parse_study,
-    read_study_text,
-    read_yaml,
-)
+from .statustable import Progress, status_table
 
 __all__ = ["main"]
 
@@ -126,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_image_commands(commands: Any) -> None:
-    from .image import DEFAULT_BASE, DEFAULT_PLATFORMS
+    from ..artifacts.image import DEFAULT_BASE, DEFAULT_PLATFORMS
 
     image = commands.add_parser("image", help="build or mirror the handoff image")
     verbs = image.add_subparsers(dest="verb", required=True)
@@ -160,7 +154,7 @@ def _add_image_commands(commands: Any) -> None:
 
 
 async def _cmd_image_build(args: argparse.Namespace) -> int:
-    from .image import ImageSpec, Platform, build_image
+    from ..artifacts.image import ImageSpec, Platform, build_image
 
     defaults = ImageSpec()
     spec = ImageSpec(
@@ -181,7 +175,7 @@ async def _cmd_image_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_image_commands(args: argparse.Namespace) -> int:
-    from .image import DEFAULT_PLATFORMS, build_commands
+    from ..artifacts.image import DEFAULT_PLATFORMS, build_commands
 
     print(build_commands(args.destination, args.platform or DEFAULT_PLATFORMS))
     return 0
@@ -239,7 +233,7 @@ def _local_options(args: argparse.Namespace) -> dict[str, object]:
     if getattr(args, "cpu", None) is not None:
         options["cpu"] = args.cpu
     if args.volume:
-        from .local._volumedirs import parse_volume_map  # the local stack only when it runs
+        from ..local._volumedirs import parse_volume_map  # the local stack only when it runs
 
         options["volumes"] = parse_volume_map(",".join(args.volume), "--volume")
     return options
@@ -370,8 +364,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from ..runrecord import read_run
     from .report import timeline_html
-    from .runrecord import read_run
 
     name = args.study
     if name.endswith((".yaml", ".yml")) and Path(name).exists():
@@ -385,7 +379,3 @@ def _cmd_report(args: argparse.Namespace) -> int:
     output.write_text(timeline_html(run))
     print(f"wrote {output}")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

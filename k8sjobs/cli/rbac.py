@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .spec import check_dns_label
+from ..steps.spec import check_dns_label
 
 __all__ = [
     "DEFAULT_SERVICE_ACCOUNT",

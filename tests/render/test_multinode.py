@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from k8sjobs import multinode
-from k8sjobs.render import Target, render
-from k8sjobs.spec import Resources, Step
-from k8sjobs.sshkey import generate_key
+from k8sjobs.render import multinode
+from k8sjobs.render.manifests import Target, render
+from k8sjobs.render.sshkey import generate_key
+from k8sjobs.steps.spec import Resources, Step
 
-from .ssh_keys import TEST_KEY
+from ..ssh_keys import TEST_KEY
 from .test_render import assert_valid
 
 TARGET = Target(study="hpc", namespace="lab")
@@ -175,7 +175,7 @@ def test_secret_env_values_share_the_ssh_secret() -> None:
 
 
 def test_a_launched_step_without_a_key_is_refused_with_the_fix() -> None:
-    with pytest.raises(ValueError, match=r'ssh_key=k8sjobs.sshkey.generate_key\(\).*"none"'):
+    with pytest.raises(ValueError, match=r'ssh_key=k8sjobs.render.generate_key\(\).*"none"'):
         render(_step(), TARGET)
 
 
@@ -384,10 +384,10 @@ def test_a_worker_runs_the_serve_command_when_given(tmp_path: Path) -> None:
 
 
 def test_the_multi_node_example_study_renders_valid_objects() -> None:
-    from k8sjobs.sshkey import key_for
+    from k8sjobs.render.sshkey import key_for
     from k8sjobs.study import parse_study
 
-    path = Path(__file__).parent.parent / "examples" / "mpi" / "study.yaml"
+    path = Path(__file__).parents[2] / "examples" / "mpi" / "study.yaml"
     study = parse_study(path.read_text(), base_dir=path.parent, source=str(path))
     target = Target(study=study.name, store="registry.example:5000/k8sjobs")
     hello, summary = (render(s, target, ssh_key=key_for(s)) for s in study.steps)

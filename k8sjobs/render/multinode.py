@@ -25,7 +25,7 @@ The Job. ``completionMode: Indexed``, ``successPolicy: {rules: [{succeededIndexe
 often than ``retries`` fails the whole Job at once, the index named in
 ``status.failedIndexes``: a dead worker never leaves the launcher hanging until walltime).
 
-The key pair. Made per step at submit time by the backend (``k8sjobs.sshkey``), passed to
+The key pair. Made per step at submit time by the backend (``k8sjobs.render.sshkey``), passed to
 ``render`` like pinned inputs, kept in the step's Secret, of type ``kubernetes.io/ssh-auth``
 (keys ``ssh-privatekey`` and ``authorized_keys``; secret env values share it), mounted
 read-only with mode 0600 at ``ssh_dir`` (default ``/root/.ssh``; ``/home/nonroot/.ssh``,
@@ -77,7 +77,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .spec import DEFAULT_LAUNCHER, Step
+from ..steps.spec import DEFAULT_LAUNCHER, Step
 
 __all__ = [
     "ROLE_WRAPPER",

@@ -22,11 +22,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from ..artifacts._limits import ENV_MAX_BYTES, ENV_MAX_RATIO, PullLimits, parse_size
+from ..artifacts._store import ArtifactStore, open_store
+from ..artifacts._tarball import Compression
+from ..artifacts._transfer import ProgressEvent
 from ..errors import RegistryError
-from ._limits import ENV_MAX_BYTES, ENV_MAX_RATIO, PullLimits, parse_size
-from ._store import ArtifactStore, open_store
-from ._tarball import Compression
-from ._transfer import ProgressEvent
 
 DEFAULT_STORE = "oci:.k8sjobs/artifacts"
 

@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from k8sjobs.failure import describe_rule, pod_failure_policy, rule_action
-from k8sjobs.render import render
-from k8sjobs.spec import Step
+from k8sjobs.render.manifests import render
+from k8sjobs.steps.failure import describe_rule, pod_failure_policy, rule_action
+from k8sjobs.steps.spec import Step
 
 
 def _step(**fields: object) -> Step:

@@ -31,8 +31,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from ._textfile import read_text_file
-from .artifacts._reference import parse_reference
+from .._textfile import read_text_file
+from ..artifacts._reference import parse_reference
 from .failure import Disruptions, check_exit_code_rules, check_exit_codes
 from .names import check_label_key
 from .quantity import parse_bytes as parse_quantity
@@ -410,7 +410,7 @@ class Step(_Model):
     work directory, pushed as an artifact when the script succeeds (and, with
     ``push_outputs="always"``, apart as a failed step's outputs when it fails).
     ``disruptions``, ``retry_on_exit_codes`` and ``fail_on_exit_codes`` say which pod
-    failures spend ``retries`` (``k8sjobs.failure``, docs/failures.md).
+    failures spend ``retries`` (``k8sjobs.steps.failure``, docs/failures.md).
     """
 
     name: str = Field(min_length=1, max_length=253)
@@ -424,7 +424,7 @@ class Step(_Model):
     annotations: dict[str, str] = {}
     namespace: str | None = None
     retries: int = Field(0, ge=0, le=INT32_MAX, description="Pod retries: the Job's backoffLimit.")
-    # How pod failures are treated (k8sjobs.failure, docs/failures.md).
+    # How pod failures are treated (k8sjobs.steps.failure, docs/failures.md).
     disruptions: Disruptions = "ignore"
     retry_on_exit_codes: ExitCodes = []
     fail_on_exit_codes: ExitCodes = []
@@ -441,14 +441,14 @@ class Step(_Model):
     launcher: str = DEFAULT_LAUNCHER
     security: Literal["default", "restricted"] = "default"
     # Multi-node steps (nodes > 1): how the launcher (index 0) reaches the workers; see
-    # k8sjobs/multinode.py. None means "ssh" when nodes > 1.
+    # k8sjobs/render/multinode.py. None means "ssh" when nodes > 1.
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
     ssh_dir: str | None = Field(None, description="Where the step's key pair is mounted.")
     worker_wait: Duration = Field(
         timedelta(minutes=5), description="How long the launcher waits for its workers."
     )
-    # What runs the step: a Job, or a Flux Operator MiniCluster (k8sjobs/minicluster.py).
+    # What runs the step: a Job, or a Flux Operator MiniCluster (k8sjobs/render/minicluster.py).
     target: Literal["job", "minicluster"] = "job"
     flux_in_image: bool = Field(False, description="The image has Flux: no Flux view.")
     # Volumes (volumes.py) and scheduling knobs (scheduling.py): each concept in its module.
@@ -784,7 +784,7 @@ class Step(_Model):
 def minicluster_problems(step: Step) -> list[tuple[str, str]]:
     """Return (field, message) for each part of ``step`` a Flux Operator MiniCluster cannot carry.
 
-    What its v1alpha2 API has no room for (see k8sjobs/minicluster.py, which renders it).
+    What its v1alpha2 API has no room for (see k8sjobs/render/minicluster.py, which renders it).
     """
     found: list[tuple[str, str]] = []
     if step.security == "restricted":

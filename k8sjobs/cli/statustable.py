@@ -22,8 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .state import StepResult, StepState
-from .study import summarize
+from ..state import StepResult, StepState
+from ..study import summarize
 
 __all__ = ["LiveView", "Progress", "status_table"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from ..steps.spec import Step
 from .multinode import SshKey
-from .spec import Step
 
 __all__ = ["generate_key", "key_for"]
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from k8sjobs.quantity import parse_bytes, parse_cores, parse_quantity
+from k8sjobs.steps.quantity import parse_bytes, parse_cores, parse_quantity
 
 # The grammar of k8s.io/apimachinery's Quantity, written out from its BNF independently of the
 # module under test. The exponent is an integer: the API server's parser takes no other.

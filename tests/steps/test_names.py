@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k8sjobs.names import (
+from k8sjobs.steps.names import (
     DNS_LABEL_MAX,
     JOB_NAME_MAX,
     digest_suffix,

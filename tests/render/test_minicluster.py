@@ -12,11 +12,12 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from k8sjobs.render import LABEL_HASH, LABEL_STUDY, Target, render
-from k8sjobs.spec import Resources, SecretKeyRef, Step, Toleration
+from k8sjobs.render.manifests import LABEL_HASH, LABEL_STUDY, Target, render
+from k8sjobs.steps.spec import Resources, SecretKeyRef, Step, Toleration
 
-CRD_PATH = Path(__file__).parent / "data" / "flux-operator" / "flux-framework.org_miniclusters.yaml"
-GOLDEN = Path(__file__).parent / "golden" / "minicluster.yaml"
+TESTS = Path(__file__).parents[1]
+CRD_PATH = TESTS / "data" / "flux-operator" / "flux-framework.org_miniclusters.yaml"
+GOLDEN = TESTS / "golden" / "minicluster.yaml"
 
 
 def crd() -> dict[str, Any]:

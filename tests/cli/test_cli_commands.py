@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from .waiting import wait_until_sync
+from ..waiting import wait_until_sync
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 PIPELINE = EXAMPLES / "pipeline" / "study.yaml"
 # A unique word in every process the sleeping study starts, found again with pgrep -f.
 MARKER = f"k8sjobs-cli-test-{os.getpid()}"

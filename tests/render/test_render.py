@@ -29,9 +29,7 @@ from hypothesis import strategies as st
 from kubernetes_validate import utils as kv
 from pydantic import SecretStr
 
-from k8sjobs.multinode import SshKey
-from k8sjobs.names import is_dns_label
-from k8sjobs.render import (
+from k8sjobs.render.manifests import (
     LABEL_HASH,
     LABEL_STEP,
     LABEL_STUDY,
@@ -39,12 +37,14 @@ from k8sjobs.render import (
     Target,
     expand_launcher,
 )
-from k8sjobs.render import render as render_any
-from k8sjobs.spec import KNOWN_SHELLS, Resources, SecretKeyRef, Step, StepOutput, Toleration
+from k8sjobs.render.manifests import render as render_any
+from k8sjobs.render.multinode import SshKey
+from k8sjobs.steps.names import is_dns_label
+from k8sjobs.steps.spec import KNOWN_SHELLS, Resources, SecretKeyRef, Step, StepOutput, Toleration
 
-from .ssh_keys import TEST_KEY
+from ..ssh_keys import TEST_KEY
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 
 
 def render(
@@ -521,9 +521,8 @@ def _rich_step() -> Step:
 
 _HASH_SCRIPT = """
 from pydantic import SecretStr
-from k8sjobs.render import render, Target
-from k8sjobs.spec import Resources, Step
-from k8sjobs.sshkey import generate_key
+from k8sjobs import Resources, Step, Target, render
+from k8sjobs.render import generate_key
 step = Step(name="train", script="$(LAUNCHER) python train.py",
             resources=Resources(nodes=2, tasks=4, gpus=1, memory="4Gi"),
             env={"TOKEN": SecretStr("hunter2"), "MODE": "fast"},
@@ -664,7 +663,7 @@ def _golden_cases() -> dict[str, Manifests]:
 
 
 def _failure_golden_cases(registry: Target) -> dict[str, Manifests]:
-    """The failure policy (k8sjobs.failure) and outputs on failure, as a cluster gets them."""
+    """The failure policy (k8sjobs.steps.failure) and outputs on failure, as a cluster gets them."""
     retry_on = Step(
         name="fetch",
         script="curl -fsS https://example.org/data > data.csv\n",

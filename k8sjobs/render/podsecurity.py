@@ -1,6 +1,6 @@
 """Check a pod spec against the Pod Security Standards (pure: no I/O).
 
-    from k8sjobs.podsecurity import check_restricted
+    from k8sjobs.render import check_restricted
     problems = check_restricted(manifests.job["spec"]["template"]["spec"])
 
 ``check_baseline`` and ``check_restricted`` return one sentence per violation (empty: the

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
 from k8sjobs.artifacts import parse_reference
-from k8sjobs.render import Target, render
-from k8sjobs.spec import (
+from k8sjobs.render.manifests import Target, render
+from k8sjobs.steps.spec import (
     ANNOTATIONS_LIMIT,
     SCRIPT_LIMIT,
     Resources,
@@ -24,7 +24,7 @@ from k8sjobs.spec import (
     parse_quantity,
 )
 
-from .fuzz_values import any_values
+from ..fuzz_values import any_values
 
 
 def step(**fields: Any) -> Step:

@@ -23,8 +23,8 @@ import pytest
 from k8sjobs.artifacts import Registry
 from k8sjobs.artifacts._media import INDEX, MANIFEST, sha256_digest
 from k8sjobs.artifacts._reference import Reference
-from k8sjobs.cli import main
-from k8sjobs.image import SITE_DIR, ImageBuildError, ImageSpec, Platform, build_image
+from k8sjobs.artifacts.image import SITE_DIR, ImageBuildError, ImageSpec, Platform, build_image
+from k8sjobs.cli.main import main
 from k8sjobs.testing.registry import RegistryServer, registry_available, registry_process
 
 ARCHES = ("amd64", "arm64")
@@ -238,4 +238,4 @@ def test_commands_build_the_repository_dockerfile(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "--platform linux/amd64,linux/arm64 -f Dockerfile.handoff" in out
     assert "-t registry.example/k8sjobs/handoff:1 --push" in out
-    assert (Path(__file__).parents[1] / "Dockerfile.handoff").is_file()
+    assert (Path(__file__).parents[2] / "Dockerfile.handoff").is_file()

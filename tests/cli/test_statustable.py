@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from k8sjobs._statustable import LiveView, Progress
+from k8sjobs.cli.statustable import LiveView, Progress
 from k8sjobs.state import StepResult, StepState
 
-from .waiting import wait_until
+from ..waiting import wait_until
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HEIGHT = 30
