@@ -119,7 +119,7 @@ _TEMPLATES = {
 # variables, the step's own command as "$@".
 ROLE_WRAPPER = """\
 #!/bin/sh
-# k8sjobs: one pod template, two roles (see k8sjobs/multinode.py). Index 0 is the launcher:
+# k8sjobs: one pod template, two roles (see k8sjobs/render/multinode.py). Index 0 is the launcher:
 # it waits until every worker answers, then runs the step. Other indexes serve sshd for it.
 set -u
 fail() {
