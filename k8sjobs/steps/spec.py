@@ -410,7 +410,9 @@ class Step(_Model):
     work directory, pushed as an artifact when the script succeeds (and, with
     ``push_outputs="always"``, apart as a failed step's outputs when it fails).
     ``disruptions``, ``retry_on_exit_codes`` and ``fail_on_exit_codes`` say which pod
-    failures spend ``retries`` (``k8sjobs.steps.failure``, docs/failures.md).
+    failures spend ``retries`` (``k8sjobs.steps.failure``, docs/failures.md). ``cache``
+    says whether a recorded success with the same key (``k8sjobs.steps.key``) is reused
+    instead of running again (docs/reruns.md).
     """
 
     name: str = Field(min_length=1, max_length=253)
@@ -458,6 +460,11 @@ class Step(_Model):
     runtime_class: ObjectName | None = None
     affinity: Affinity | None = None
     spread: Annotated[str | None, AfterValidator(check_spread)] = None
+    cache: bool | None = Field(
+        None,
+        description="Reuse a recorded success with the same key (None: when the step has "
+        "outputs and no writable volume; docs/reruns.md).",
+    )
 
     @classmethod
     def from_script_file(cls, path: str | Path, **fields: Any) -> Step:
