@@ -86,6 +86,8 @@ class StudyWatch:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         # Jobs whose verdict waits for their pods' ends: the grace timer, None once it fired.
         self._held: dict[str, asyncio.TimerHandle | None] = {}
+        # Jobs whose handles ``attach`` made for what it found (see ``_hold``).
+        self._found: set[str] = set()
         self._tasks = [
             asyncio.create_task(self.jobs.run(), name=f"k8sjobs-watch-jobs-{namespace}"),
             asyncio.create_task(self.pods.run(), name=f"k8sjobs-watch-pods-{namespace}"),
@@ -121,9 +123,14 @@ class StudyWatch:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def track(self, handle: StepHandle) -> None:
-        """Start feeding ``handle``; judge it at once if its Job is already known."""
+    def track(self, handle: StepHandle, *, found: bool = False) -> None:
+        """Start feeding ``handle``; judge it at once if its Job is already known.
+
+        ``found``: the handle was made by ``attach`` for a Job that existed already.
+        """
         self.handles[handle.object_name] = handle
+        if found:
+            self._found.add(handle.object_name)
         job = self.jobs.cache.objects.get(handle.object_name)
         for pod in self.pods_by_job.get(handle.object_name, {}).values() if job else ():
             event = pod_event(job or {}, pod)  # what a re-attached handle can still see
@@ -137,6 +144,7 @@ class StudyWatch:
             for pod in self.pods_by_job.pop(change.name, {}):
                 self._job_of_pod.pop(pod, None)
             self.gone_by_job.pop(change.name, None)
+            self._found.discard(change.name)
             held = self._held.pop(change.name, None)
             if held is not None:
                 held.cancel()
@@ -206,32 +214,50 @@ class StudyWatch:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
         if result.state.terminal:
             unseen = unseen_pods(job, pods, gone)
-            if unseen and self._hold(job_name):
+            ended = result.finished_at if job_name in self._found else None
+            if unseen and self._hold(job_name, ended):
                 return  # the pod watch's event re-judges it (a relist too)
             held = self._held.pop(job_name, None)
             if held is not None:
                 held.cancel()
-            if unseen:
-                wait = self.backend.verdict_grace
-                note = f"the end of {unseen} pod(s) the Job counts was not seen within {wait:g} s"
-                result = result.evolve(message=f"{result.message} ({note})")
+            if unseen:  # bookkeeping, not the step's story: for whoever debugs the watch
+                log.debug(
+                    'Step "%s": the end of %d pod(s) its Job counts was not seen (deleted '
+                    "unseen); judged without them",
+                    handle.name,
+                    unseen,
+                )
             self.backend._finish(self, handle, job, pods, result)
             return
         handle.report(result)
         if result.reason in IMAGE_ERRORS:
             self._arm_timer(job_name, pods, grace)
 
-    def _hold(self, job_name: str) -> bool:
-        """Return whether a terminal verdict still waits for its pods (arm its grace bound)."""
+    def settling(self, job_name: str) -> bool:
+        """Return whether a terminal verdict of ``job_name`` waits for its pods' ends."""
+        return self._held.get(job_name) is not None
+
+    def _hold(self, job_name: str, ended: datetime | None) -> bool:
+        """Return whether a terminal verdict still waits for its pods (arm its grace bound).
+
+        For a Job ``attach`` found (``ended`` given, the server's clock), the bound runs
+        from its end, capped at ``verdict_grace`` from now: one that ended long before is
+        judged at once, its missing pods deleted long ago.
+        """
         if job_name in self._held:
             return self._held[job_name] is not None
+        wait = self.backend.verdict_grace
+        if ended is not None:
+            wait = min(wait, (ended - datetime.now(UTC)).total_seconds() + wait)
+        if wait <= 0:
+            return False
 
         def expire() -> None:
             self._held[job_name] = None
             self.refresh(job_name)
 
         loop = asyncio.get_running_loop()
-        self._held[job_name] = loop.call_later(self.backend.verdict_grace, expire)
+        self._held[job_name] = loop.call_later(wait, expire)
         return True
 
     def _arm_timer(self, job_name: str, pods: list[dict[str, Any]], grace: float) -> None:
@@ -311,6 +337,8 @@ class KubernetesBackend:
         self._replacing: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._finishing: set[tuple[str, str]] = set()
+        # Steps that had ended when ``attach`` found them: their Jobs are left as they are.
+        self._ended_before: set[tuple[str, str]] = set()
         self.orphans: list[str] = []
 
     def watch_policy(self) -> dict[str, Any]:
@@ -409,10 +437,15 @@ class KubernetesBackend:
     # ---- attach, cancel --------------------------------------------------------------
 
     async def attach(self, study: str, namespace: str) -> list[StepHandle]:
-        """Return handles for the Jobs of ``study``; log and record orphaned ConfigMaps."""
+        """Return handles for the Jobs of ``study``; log and record orphaned ConfigMaps.
+
+        Each handle has been judged from the lists when this returns: a step whose verdict
+        needs a read (a success's push report, a failure's log) or waits for its pods'
+        ends is returned once that is done, so a caller never shows a state not yet read.
+        """
         watch = await self._watch(namespace, study)
-        handles = []
-        for name, job in watch.jobs.cache.objects.items():
+        handles, settling = [], []
+        for name, job in list(watch.jobs.cache.objects.items()):
             existing = watch.handles.get(name)
             if existing is not None:
                 handles.append(existing)
@@ -421,9 +454,16 @@ class KubernetesBackend:
             handle = StepHandle(
                 name=step, study=study, object_name=name, namespace=namespace, backend=self
             )
-            watch.track(handle)
+            watch.track(handle, found=True)
+            if watch.settling(name) or (namespace, name) in self._finishing:
+                # Ended before this driver saw it: looking at it (`k8sjobs status`) must
+                # not delete the Job that ``keep_failed`` kept.
+                self._ended_before.add((namespace, name))
+                settling.append(handle)
             handles.append(handle)
         await self._find_orphans(watch, study)
+        for handle in settling:
+            await handle.wait()
         return handles
 
     async def _find_orphans(self, watch: StudyWatch, study: str) -> None:
@@ -520,6 +560,7 @@ class KubernetesBackend:
         result: StepResult,
         outputs: dict[str, str],
     ) -> None:
+        key = (handle.namespace, handle.object_name)
         try:
             if result.ok:
                 result = result.evolve(outputs={**outputs, **await self._pushed(handle, pods)})
@@ -527,9 +568,9 @@ class KubernetesBackend:
                 result = await self._save_failure(handle, pods, result)
                 result = await self._failed_outputs(handle, pods, result)
         finally:
-            self._finishing.discard((handle.namespace, handle.object_name))
+            self._finishing.discard(key)
             handle.report(result)
-        if not result.ok and not self.keep_failed:
+        if not result.ok and not self.keep_failed and key not in self._ended_before:
             # Only now: the log is saved and the handle is final, so the deletion event
             # finds a terminal handle and is not mistaken for a LOST step.
             kind = await self._top_kind(handle)
