@@ -24,6 +24,7 @@ from . import (
     _apply,
     _catalog,
     _errors,
+    _events,
     _listoptions,
     _patch,
     _requests,
@@ -179,14 +180,14 @@ class ApiServer:
             return _json_response(
                 _as_table(request, res, [obj], obj["metadata"]["resourceVersion"])
             )
-        return _json_response(obj)
+        return _json_response(_shown(res, obj))
 
     async def _list(
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
         _listoptions.send_initial_events(query, watch=False)
-        matches = _selectors.from_query(query, res.plural)
+        matches = _selectors.from_query(query, _selector_key(res))
         _requests.timeout_seconds(query, 0.0)  # only checked: a list ends when it is written
         limit = int(query.get("limit") or 0)
         start, list_rv = "", self.store.rv
@@ -202,7 +203,7 @@ class ApiServer:
             if limit and len(items) == limit:
                 next_key = last_key
                 break
-            items.append(obj)
+            items.append(_shown(res, obj))
             last_key = key
         metadata: dict[str, Any] = {"resourceVersion": str(list_rv)}
         if next_key:
@@ -260,7 +261,7 @@ class ApiServer:
         self, request: web.Request, res: Resource, ns: str | None, name: str, sub: str
     ) -> web.StreamResponse:
         query = request.query
-        matches = _selectors.from_query(query, res.plural)
+        matches = _selectors.from_query(query, _selector_key(res))
         raw_rv = query.get("resourceVersion", "")
         initial = _listoptions.send_initial_events(query, watch=True)
         since = None if initial else _requests.watch_resource_version(raw_rv)
@@ -277,6 +278,8 @@ class ApiServer:
             if _table.wants_table(request.headers.get("Accept", "")):
                 include = query.get("includeObject", "Metadata")
                 watcher.encode = _table.watch_encoder(res, include)
+            elif _is_view(res):
+                watcher.encode = _view_line
         except ApiError as error:
             line = json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n"
             await response.write(line)
@@ -348,7 +351,7 @@ class ApiServer:
     async def _create(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = await _read_object(request, ns)
+        body = _accepted(res, await _read_object(request, ns))
         if res.plural == "pods" and sub == "eviction":
             evict(self.store, ns, name, eviction_grace(body, name))
             return _json_response(eviction_status(), 201)
@@ -359,12 +362,12 @@ class ApiServer:
         warnings = _field_warnings(request, res, body)
         _track_fields(request, res, None, body, sub)
         created = self.store.create(res.plural, ns or "", body, dry_run=dry_run)
-        return _warn(_json_response(created, 201), warnings)
+        return _warn(_json_response(_shown(res, created), 201), warnings)
 
     async def _update(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = await _read_object(request, ns)
+        body = _accepted(res, await _read_object(request, ns))
         _check_kind(res, body)
         if body.get("metadata", {}).get("name") != name:
             raise _errors.bad_request("the name of the object does not match the name on the URL")
@@ -372,7 +375,7 @@ class ApiServer:
         warnings = _field_warnings(request, res, body)
         _track_fields(request, res, self.store.get(res.plural, ns or "", name), body, sub)
         stored = self.store.update(res.plural, ns or "", body, subresource=sub, dry_run=dry_run)
-        return _warn(_json_response(stored), warnings)
+        return _warn(_json_response(_shown(res, stored)), warnings)
 
     async def _patch(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
@@ -385,7 +388,7 @@ class ApiServer:
                 "PatchOptions", "force", "Forbidden", "may not be specified for non-apply patch"
             )
         patch = await _read_json(request)
-        current = copy_obj(self.store.require(res.plural, ns or "", name))
+        current = _shown(res, copy_obj(self.store.require(res.plural, ns or "", name)))
         if ctype == "application/merge-patch+json":
             patched = _patch.merge_patch(current, patch)
         elif ctype == "application/strategic-merge-patch+json":
@@ -409,9 +412,14 @@ class ApiServer:
         dry_run = _dry_run(request, "PatchOptions")
         _track_fields(request, res, current, patched, sub)
         stored = self.store.update(
-            res.plural, ns or "", patched, subresource=sub, dry_run=dry_run, owned=True
+            res.plural,
+            ns or "",
+            _accepted(res, patched),
+            subresource=sub,
+            dry_run=dry_run,
+            owned=True,
         )
-        return _json_response(stored)
+        return _json_response(_shown(res, stored))
 
     async def _apply(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
@@ -461,7 +469,7 @@ class ApiServer:
             dry_run=dry_run,
         )
         if res.plural == "pods" or not gone:
-            return _json_response(obj)
+            return _json_response(_shown(res, obj))
         details: dict[str, Any] = {"name": name}
         if res.group:
             details["group"] = res.group
@@ -481,7 +489,7 @@ class ApiServer:
     ) -> web.StreamResponse:
         options = await _delete_options(request)
         dry_run = _dry_run(request, "DeleteOptions", options.get("dryRun"))
-        matches = _selectors.from_query(request.query, res.plural)
+        matches = _selectors.from_query(request.query, _selector_key(res))
         deleted = []
         for obj in list(self.store.iter(res.plural, ns)):
             if not matches(obj):
@@ -584,6 +592,9 @@ def _parse(path: str, resources: dict[str, Resource]) -> tuple[Resource, str | N
     if len(parts) >= 3 and parts[0] == "namespaces":
         namespace, parts = parts[1], parts[2:]
     resource = resources.get(parts[0]) if parts else None
+    if resource is not None and resource.group != group:
+        # A plural two groups serve (events, events.k8s.io/events) is keyed with its group.
+        resource = resources.get(f"{parts[0]}.{group}")
     if resource is None or resource.group != group or not _serves(resource, version):
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
     if (
@@ -597,6 +608,30 @@ def _parse(path: str, resources: dict[str, Resource]) -> tuple[Resource, str | N
     if not resource.namespaced:
         namespace = ""
     return resource, namespace, name, sub
+
+
+def _is_view(res: Resource) -> bool:
+    """Return whether `res` serves objects stored as another kind (events.k8s.io Events)."""
+    return res.plural == "events" and res.group == _events.GROUP
+
+
+def _shown(res: Resource, obj: Obj) -> Obj:
+    """Return a stored object as `res` serves it."""
+    return _events.to_v1(obj) if _is_view(res) else obj
+
+
+def _accepted(res: Resource, body: Any) -> Any:
+    """Return a request body for `res` as the store keeps it."""
+    return _events.from_v1(body) if _is_view(res) else body
+
+
+def _view_line(event: Any) -> bytes:
+    obj = event.obj if event.type == "BOOKMARK" else _events.to_v1(event.obj)
+    return json.dumps({"type": event.type, "object": obj}).encode() + b"\n"
+
+
+def _selector_key(res: Resource) -> str:
+    return f"{res.plural}.{res.group}" if _is_view(res) else res.plural
 
 
 def _as_table(

@@ -10,6 +10,7 @@ and `force` parameters, which is what kubectl reads to decide that the server va
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -111,7 +112,11 @@ def _resource_entry(res: Resource) -> dict[str, Any]:
     categories = list(getattr(hooks, "categories", ()))
     if categories:
         entry["categories"] = categories
-    entry["storageVersionHash"] = _hash(f"{res.group}/{res.version}/{res.kind}")[:12]
+    # The real server's: the first 8 bytes of sha256("group/version/Kind") of the storage
+    # version (events.k8s.io Events are stored as core/v1 ones).
+    group = "" if res.plural == "events" else res.group
+    digest = hashlib.sha256(f"{group}/{res.version}/{res.kind}".encode()).digest()
+    entry["storageVersionHash"] = base64.b64encode(digest[:8]).decode()
     return entry
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from . import _job_policies as policies
 from ._errors import ApiError
+from ._events import record_event
 from ._job_policies import INDEX_KEY, format_indexes, parse_indexes, pod_index
 from ._store import Event, Obj, Store, copy_obj, now_rfc3339
 
@@ -639,37 +640,6 @@ class JobController:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def record_event(
-    store: Store, obj: Obj, kind: str, reason: str, message: str, component: str
-) -> None:
-    """Write a core/v1 Event about `obj`, as kubectl describe shows it."""
-    meta = obj["metadata"]
-    now = now_rfc3339()
-    event = {
-        "metadata": {"generateName": f"{meta['name']}."},
-        "involvedObject": {
-            "kind": obj["kind"],
-            "namespace": meta.get("namespace", ""),
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "apiVersion": obj["apiVersion"],
-            "resourceVersion": meta["resourceVersion"],
-        },
-        "reason": reason,
-        "message": message,
-        "source": {"component": component},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-        "type": kind,
-        "eventTime": None,
-        "reportingComponent": component,
-        "reportingInstance": "",
-    }
-    with contextlib.suppress(ApiError):
-        store.create("events", meta.get("namespace", "default"), event, validate=False)
 
 
 def _tracked(pod: Obj) -> bool:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..steps.quantity import parse_quantity
-from ._controller import record_event
 from ._errors import ApiError
+from ._events import record_event
 from ._store import Event, Obj, Store, now_rfc3339
 
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
@@ -112,6 +112,11 @@ class Kubelet:
             re.compile(self.config.image_pull_failure) if self.config.image_pull_failure else None
         )
         store.listen(self._on_event)
+
+    @property
+    def _host(self) -> str:
+        """Return the node name the kubelet writes as its Events' source.host."""
+        return self.config.node.name
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -305,7 +310,16 @@ class Kubelet:
             "message": message,
         }
         self._write_status(pod, {**pod["status"], "conditions": [condition]})
-        record_event(self.store, pod, "Warning", "FailedScheduling", message, "default-scheduler")
+        record_event(
+            self.store,
+            pod,
+            "Warning",
+            "FailedScheduling",
+            message,
+            "default-scheduler",
+            action="Scheduling",
+            instance=f"default-scheduler-{self.config.node.name}",
+        )
 
     def _bind(self, pod: Obj) -> None:
         updated = dict(pod)
@@ -438,7 +452,7 @@ class Kubelet:
             f'to pull and unpack image "{image}": not found'
         )
         self._set_waiting(current, "ErrImagePull", message)
-        record_event(self.store, current, "Warning", "Failed", message, "kubelet")
+        record_event(self.store, current, "Warning", "Failed", message, "kubelet", host=self._host)
         self._timer(current, self.config.image_pull_backoff, self._pull_backoff, current, image)
 
     def _pull_backoff(self, pod: Obj, image: str) -> None:
@@ -447,7 +461,7 @@ class Kubelet:
             return
         message = f'Back-off pulling image "{image}"'
         self._set_waiting(current, "ImagePullBackOff", message)
-        record_event(self.store, current, "Normal", "BackOff", message, "kubelet")
+        record_event(self.store, current, "Normal", "BackOff", message, "kubelet", host=self._host)
 
     def _set_waiting(self, pod: Obj, reason: str, message: str) -> None:
         statuses = [

@@ -67,7 +67,7 @@ class Resource:
 
 
 RESOURCES: dict[str, Resource] = {
-    r.plural: r
+    r.plural if r.plural != "events" or not r.group else f"events.{r.group}": r
     for r in (
         Resource("namespaces", "Namespace", "", "v1", False, has_status=True),
         Resource("nodes", "Node", "", "v1", False, has_status=True),
@@ -75,8 +75,14 @@ RESOURCES: dict[str, Resource] = {
         Resource("secrets", "Secret", "", "v1", True),
         Resource("services", "Service", "", "v1", True, has_status=True),
         Resource("events", "Event", "", "v1", True),
+        Resource("limitranges", "LimitRange", "", "v1", True),
+        Resource("resourcequotas", "ResourceQuota", "", "v1", True, has_status=True),
         Resource("pods", "Pod", "", "v1", True, has_generation=True, has_status=True),
         Resource("jobs", "Job", "batch", "v1", True, has_generation=True, has_status=True),
+        Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False),
+        Resource("runtimeclasses", "RuntimeClass", "node.k8s.io", "v1", False),
+        # The same stored Events, served in the events.k8s.io/v1 shape (see _events).
+        Resource("events", "Event", "events.k8s.io", "v1", True),
     )
 }
 

@@ -99,6 +99,18 @@ FIELD_LABELS: dict[str, tuple[str, ...]] = {
         "source",
         "type",
     ),
+    "events.events.k8s.io": (
+        "regarding.kind",
+        "regarding.namespace",
+        "regarding.name",
+        "regarding.uid",
+        "regarding.apiVersion",
+        "regarding.resourceVersion",
+        "regarding.fieldPath",
+        "reason",
+        "reportingController",
+        "type",
+    ),
     "namespaces": ("status.phase",),
     "secrets": ("type",),
     "nodes": ("spec.unschedulable",),
@@ -106,7 +118,19 @@ FIELD_LABELS: dict[str, tuple[str, ...]] = {
     "services": ("spec.clusterIP", "spec.type"),
 }
 # Where a field label's value lives when it is not the label's own path.
-_FIELD_PATHS = {"status.successful": "status.succeeded", "source": "source.component"}
+_FIELD_PATHS = {
+    "status.successful": "status.succeeded",
+    "source": "source.component",
+    # events.k8s.io/v1 names the stored core/v1 Event's fields its own way.
+    "regarding.kind": "involvedObject.kind",
+    "regarding.namespace": "involvedObject.namespace",
+    "regarding.name": "involvedObject.name",
+    "regarding.uid": "involvedObject.uid",
+    "regarding.apiVersion": "involvedObject.apiVersion",
+    "regarding.resourceVersion": "involvedObject.resourceVersion",
+    "regarding.fieldPath": "involvedObject.fieldPath",
+    "reportingController": "reportingComponent",
+}
 
 
 def field_predicate(selector: str | None, resource: str | None = None) -> Predicate:
