@@ -15,17 +15,16 @@ _COLOURS = {
     StepState.CANCELLED: "#ff7f0e",
     StepState.LOST: "#9467bd",
 }
-_COLUMNS = ("step", "state", "reason", "exit code", "duration (s)", "outputs")
+_COLUMNS = ("step", "state", "reason", "exit code", "duration", "outputs")
 
 
 def _cells(result: StepResult) -> tuple[str, ...]:
-    duration = result.duration
     return (
         result.name,
         str(result.state),
         result.message or result.reason,
         "" if result.exit_code is None else str(result.exit_code),
-        "" if duration is None else f"{duration:.1f}",
+        result.took(),  # a running step's time so far
         ", ".join(result.outputs),
     )
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from .durations import span
+
 __all__ = ["StepResult", "StepState"]
 
 
@@ -79,7 +81,27 @@ class StepResult:
         """Return a copy with ``changes`` applied."""
         return replace(self, **changes)
 
-    def describe(self) -> str:
-        """Return one line a person can read: name, state, and why."""
+    def took(self, now: datetime | None = None) -> str:
+        """Return how long the step ran ("" if unknown); a running step's time up to ``now``.
+
+        Without ``now`` a running step's time is read from this machine's clock.
+        """
+        if self.state is StepState.RUNNING:
+            return span(self.started_at, None, now or datetime.now().astimezone())
+        if not self.state.terminal:
+            return ""
+        return span(self.started_at, self.finished_at)
+
+    def describe(self, now: datetime | None = None) -> str:
+        """Return one line a person can read: name, state, how long, and why.
+
+        "train: SUCCEEDED in 1.23s (Completed)", "b: FAILED after 250ms (exit code 3)",
+        "a: RUNNING for 4m 02s".
+        """
         why = self.message or self.reason
-        return f"{self.name}: {self.state}" + (f" ({why})" if why else "")
+        took = self.took(now)
+        if took:
+            took = {StepState.SUCCEEDED: " in ", StepState.RUNNING: " for "}.get(
+                self.state, " after "
+            ) + took
+        return f"{self.name}: {self.state}{took}" + (f" ({why})" if why else "")

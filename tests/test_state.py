@@ -50,3 +50,17 @@ def test_describe_prefers_the_message_then_the_reason() -> None:
     assert failed.describe() == "s: FAILED (ExitCode)"
     assert failed.evolve(message="exit code 3").describe() == "s: FAILED (exit code 3)"
     assert StepResult(name="s").describe() == "s: PENDING"
+
+
+def test_describe_says_how_long_a_step_took_and_has_run_so_far() -> None:
+    ran = StepResult(name="s", started_at=T0, finished_at=T0 + timedelta(seconds=0.25))
+    assert ran.evolve(state=StepState.SUCCEEDED, reason="Completed").describe() == (
+        "s: SUCCEEDED in 250ms (Completed)"
+    )
+    assert ran.evolve(state=StepState.FAILED, message="exit code 3").describe() == (
+        "s: FAILED after 250ms (exit code 3)"
+    )
+    running = StepResult(name="s", state=StepState.RUNNING, started_at=T0 + timedelta(seconds=0.5))
+    assert running.describe(now=T0 + timedelta(seconds=62)) == "s: RUNNING for 1m 02s"
+    assert running.took(now=T0 + timedelta(seconds=2)) == "1.50s"
+    assert StepResult(name="s", started_at=T0).took() == ""  # pending: it has not run

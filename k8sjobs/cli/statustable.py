@@ -15,6 +15,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -22,6 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ..durations import format_duration
 from ..state import StepResult, StepState
 from ..study import summarize
 
@@ -40,16 +42,19 @@ _STYLE = {
 _CHROME = 4
 
 
-def status_table(results: Iterable[StepResult]) -> Table:
-    """Return a table of ``results``, one row a step: name, state, duration, reason."""
+def status_table(results: Iterable[StepResult], now: datetime | None = None) -> Table:
+    """Return a table of ``results``, one row a step: name, state, duration, reason.
+
+    A running step's duration is its time so far, up to ``now`` (default: the clock's).
+    """
+    now = now or datetime.now().astimezone()
     table = Table(show_edge=False, header_style="bold")
     for column in ("step", "state", "duration", "reason"):
         table.add_column(column)
     for r in results:
-        duration = "" if r.duration is None else f"{r.duration:.1f}s"
         # Text, not markup: step names such as "transform[SHARD=0]" look like rich tags.
         state = Text(str(r.state), style=_STYLE[r.state])
-        table.add_row(Text(r.name), state, duration, Text(r.message or r.reason))
+        table.add_row(Text(r.name), state, r.took(now), Text(r.message or r.reason))
     return table
 
 
@@ -105,6 +110,11 @@ class LiveView:
             chosen[name] = None
         return [self.results[n] for n in sorted(chosen, key=self._order.__getitem__)]
 
+    @property
+    def running(self) -> bool:
+        """Return whether any step is running now (its elapsed time moves)."""
+        return bool(self._running)
+
     def summary(self) -> str:
         """Return the counts line: how many steps are in each state (those with any)."""
         parts = [f"{self.counts[s]} {str(s).lower()}" for s in StepState if self.counts[s]]
@@ -126,7 +136,8 @@ class Progress:
 
     On a terminal each change updates a ``LiveView`` and asks for a draw; draws happen at
     most ``rate`` times a second (a change in between is drawn by a timer at the next
-    slot), and the complete table is drawn once when the run ends. ``clock`` is for tests.
+    slot), and the complete table is drawn once when the run ends. While a step runs the
+    table is drawn once a second besides, so its elapsed time moves. ``clock`` is for tests.
     """
 
     def __init__(
@@ -145,6 +156,7 @@ class Progress:
         self._gap = 1.0 / rate
         self._next_draw = self.start
         self._timer: asyncio.TimerHandle | None = None
+        self._tick: asyncio.TimerHandle | None = None
         self._live = Live(self.view, console=console, auto_refresh=False) if live else None
 
     def __enter__(self) -> Progress:
@@ -154,9 +166,10 @@ class Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._tick):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._tick = None
         if self._live:
             # The end: every row, once, in full (rich draws past the terminal's height here).
             self._live.update(status_table(self.view.results.values()))
@@ -169,9 +182,10 @@ class Progress:
         if self._live:
             self._ask_draw()
         elif before is None or before.state is not result.state:
-            why = f" ({result.message or result.reason})" if result.state.terminal else ""
+            # An end says how long and why; a start says only that it started.
+            line = result.describe() if result.state.terminal else f"{result.name}: {result.state}"
             elapsed = self._clock() - self.start
-            print(f"[{elapsed:7.1f}s] {result.name}: {result.state}{why}", flush=True)
+            print(f"[{elapsed:7.1f}s] {line}", flush=True)
 
     def _ask_draw(self) -> None:
         """Draw now if the last draw is ``1/rate`` s old, else make sure a timer will."""
@@ -189,13 +203,29 @@ class Progress:
         self._next_draw = self._clock() + self._gap
         if self._live is not None and self._live.is_started:
             self._live.refresh()
+            self._keep_ticking()
+
+    def _keep_ticking(self) -> None:
+        """While a step runs, make sure a draw comes within a second (elapsed times move)."""
+        if self._tick is not None or not self.view.running:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # drawn outside a loop (a test's): nothing will tick
+            return
+        self._tick = loop.call_later(1.0, self._ticked)
+
+    def _ticked(self) -> None:
+        self._tick = None
+        self._draw()
 
     def summary(self, results: Sequence[StepResult], study: str, saved: Path) -> None:
         """Print the run's last lines: steps per state, each failure, where the record is."""
         counts = summarize(results)
         elapsed = self._clock() - self.start
         text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
-        self.console.print(f"\n{len(results)} steps in {elapsed:.1f}s: {text}", highlight=False)
+        took = format_duration(elapsed)
+        self.console.print(f"\n{len(results)} steps in {took}: {text}", highlight=False)
         for r in results:
             if not r.ok:
                 where = f"; log: {r.log_file}" if r.log_file else ""

@@ -446,8 +446,11 @@ class _JobRun:
         ):
             if await self._cancel_requested():
                 return
+            # Pods' whole-second stamps and the Job's finer ones: compared as times, not text.
             started = min(
-                (o.status.get("startTime") or _now() for o in self.orphans.values()), default=_now()
+                (o.status.get("startTime") or _now() for o in self.orphans.values()),
+                default=_now(),
+                key=datetime.fromisoformat,
             )
             self.job["status"] = {"startTime": started, "active": nodes}
             self._judge()
@@ -787,7 +790,13 @@ def _log_pod(pods: list[str], job_name: str) -> str:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Return the time for the Job's status: RFC 3339 to the microsecond.
+
+    The API server writes whole seconds; this Job never reaches one, and its startTime and
+    completionTime are what a step's duration is read from, so they keep what a step that
+    took 0.3 s needs ("300ms", not "0s"). Pod statuses keep the API's whole seconds.
+    """
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _condition(kind: str, reason: str, message: str, now: str) -> dict[str, Any]:
@@ -803,8 +812,7 @@ def _condition(kind: str, reason: str, message: str, now: str) -> dict[str, Any]
 
 
 def _seconds_since(stamp: str) -> float:
-    then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return (datetime.now(UTC) - then).total_seconds()
+    return (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds()
 
 
 def _index_of(pod: str, job: str) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,10 +122,12 @@ def test_run_failing_step_exits_1_and_says_which_and_why(tmp_path: Path) -> None
     lines = done.stdout.splitlines()
     # Not a terminal: one plain line per change, no live table, no escape codes.
     assert "\x1b[" not in done.stdout
-    assert any(line.endswith("good: SUCCEEDED (Completed)") for line in lines)
+    # Each end says how long the step took, with a fraction of a second (it took under a minute).
+    took = r"(\d+ms|\d+\.\d+s)"
+    assert any(re.search(rf"good: SUCCEEDED in {took} \(Completed\)$", line) for line in lines)
     assert "3 steps in" in done.stdout and "1 succeeded, 2 failed" in done.stdout
     summary = lines[lines.index("") + 2 :]
-    assert summary[0].startswith("  bad: FAILED (the script exited with code 7")
+    assert re.match(rf"  bad: FAILED after {took} \(the script exited with code 7", summary[0])
     assert "; log: " in summary[0] and summary[0].endswith("step.log")
     assert summary[1] == "  after-bad: FAILED (not run: upstream bad FAILED)"
 
@@ -194,6 +197,8 @@ def test_status_logs_and_cancel_from_a_second_process(
         ["second", "│"],
     ]
     assert status.count("RUNNING") == 2
+    # A running step shows its time so far, with a fraction under a minute.
+    assert len(re.findall(r"RUNNING\s+│\s+(\d+ms|\d+\.\d+s)\s+│", status)) == 2, status
     wait_until_sync(lambda: k8sjobs(tmp_path, "logs", "--study", "sleepy", "first").stdout)
     assert k8sjobs(tmp_path, "logs", "--study", "sleepy", "first", check=0).stdout == "started\n"
     cancel = k8sjobs(tmp_path, "cancel", "--study", "sleepy", check=0).stdout
@@ -201,7 +206,7 @@ def test_status_logs_and_cancel_from_a_second_process(
     out, _ = sleepy_run.communicate(timeout=15)
     assert sleepy_run.returncode == 1
     assert marked_processes() == []
-    assert "  first: CANCELLED (cancelled from another process)" in out
+    assert re.search(r"  first: CANCELLED after \S+ \(cancelled from another process\)", out)
     assert "  third: FAILED (not run: upstream first CANCELLED)" in out
     # After the run: the records stay, and cancel has nothing left to do.
     after = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout

@@ -6,17 +6,19 @@ is passed in, so "a second later" is a number, not a sleep.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from k8sjobs.cli.statustable import LiveView, Progress
+from k8sjobs.cli.statustable import LiveView, Progress, status_table
 from k8sjobs.state import StepResult, StepState
 
 from ..waiting import wait_until
@@ -36,6 +38,10 @@ class Clock:
     def __call__(self) -> float:
         self.now += self.tick
         return self.now
+
+
+def S(seconds: float) -> timedelta:  # reads as a unit: t0 + S(0.25)
+    return timedelta(seconds=seconds)
 
 
 def terminal() -> Console:
@@ -153,3 +159,37 @@ def test_view_counts_and_rows_match_the_results(
     if len(running) <= budget:
         assert set(running) <= shown  # every running step, when they fit
     assert all(view.results[r.name] is r for r in rows)  # each row is the step's latest
+
+
+def test_rows_show_sub_second_durations_and_running_steps_their_time_so_far() -> None:
+    t0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    results = [
+        StepResult("quick", StepState.SUCCEEDED, started_at=t0, finished_at=t0 + S(0.25)),
+        StepResult("busy", StepState.RUNNING, started_at=t0 + S(0.5)),
+        StepResult("waiting", StepState.PENDING, reason="Queued", started_at=t0),
+    ]
+    console = terminal()
+    console.print(status_table(results, now=t0 + S(12)))
+    rows = {
+        cells[0]: cells[1:]
+        for line in console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+        if len(cells := [c.strip() for c in ANSI.sub("", line).split("│")]) == 4
+    }
+    assert rows["quick"][:2] == ["SUCCEEDED", "250ms"]
+    assert rows["busy"][:2] == ["RUNNING", "11.5s"]
+    assert rows["waiting"] == ["PENDING", "", "Queued"]
+
+
+async def test_the_live_table_redraws_a_running_step_so_its_time_moves() -> None:
+    console = terminal()
+    progress = Progress(["a"], console, live=True)
+    started = datetime.now().astimezone()
+    with progress:
+        progress.update(StepResult("a", StepState.RUNNING, started_at=started))
+        drawn = progress.view.draws
+        await wait_until(lambda: progress.view.draws >= drawn + 2, "draws with no change")
+        progress.update(StepResult("a", StepState.SUCCEEDED, started_at=started))
+        await wait_until(lambda: progress._tick is None, "no more ticks once nothing runs")
+        drawn = progress.view.draws
+        await asyncio.sleep(0)  # a tick due now would have run here
+        assert progress._tick is None and progress.view.draws == drawn

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -57,6 +58,16 @@ async def test_exit_code_is_reported_as_failed_with_reason(session: Session) -> 
     assert (result.reason, result.exit_code) == ("ExitCode", 3)
     assert "exited with code 3" in result.message
     assert await handle.logs() == "oops\n"
+
+
+async def test_a_quick_step_keeps_its_sub_second_duration(session: Session) -> None:
+    """The Job's stamps are finer than the API's whole seconds: a 0.3 s step is not "0s"."""
+    result = await (await session.submit(Step(name="quick", script="true"))).wait(timeout=10)
+    assert result.started_at is not None and result.finished_at is not None
+    assert result.duration is not None and result.duration > 0
+    assert (result.started_at.microsecond, result.finished_at.microsecond) != (0, 0)
+    # However loaded the machine, the figure shown keeps its fraction.
+    assert re.fullmatch(r"\d+ms|\d\.\d\ds|\d\d\.\ds", result.took()), result.took()
 
 
 async def test_logs_tail_and_stream(session: Session) -> None:
