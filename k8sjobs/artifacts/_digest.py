@@ -1,9 +1,12 @@
 """Hash files in a worker thread, and remember digests of unchanged files.
 
-The cache maps (path, size, mtime_ns, inode, device) to a digest, in a small SQLite file,
-so that pushing unchanged data again neither re-reads nor re-sends it. A file modified in
-the second before it was hashed is not cached: timestamps are coarse, and a write in the
-same tick with the same size would otherwise be mistaken for unchanged data.
+The cache maps (path, size, mtime_ns, ctime_ns, inode, device) to a digest, in a small SQLite
+file, so that pushing unchanged data again neither re-reads nor re-sends it. The ctime is
+there because no user can set it: a file rewritten with other bytes of the same size and
+its mtime put back (``touch -r``, ``cp -p``, a restore) still shows as changed, as git's
+index sees it. A file modified in the second before it was hashed is not cached: timestamps
+are coarse, and a write in the same tick with the same size would otherwise be mistaken for
+unchanged data.
 """
 
 from __future__ import annotations
@@ -34,11 +37,15 @@ def hash_file(path: Path) -> tuple[str, int]:
 
 def stat_key(path: Path, st: os.stat_result) -> str:
     """Return the cache key of a file: its real path and the stat fields that show a change."""
-    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_dev}"
+    return (
+        f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+        f"\0{st.st_ino}\0{st.st_dev}"
+    )
 
 
 def settled(st: os.stat_result, started_ns: int) -> bool:
-    """Return True when the file was last modified well before hashing started."""
+    """Return True when the file was last modified well before hashing started. (Its ctime
+    is in the key instead: a restored mtime is the user's doing, a same-tick ctime is not.)"""
     return st.st_mtime_ns < started_ns - _RACY_WINDOW_NS
 
 

@@ -83,10 +83,17 @@ class OCILayout(_transfer.StoreFront):
             self._atomic_write(marker, b'{"imageLayoutVersion":"1.0.0"}')
 
     def _atomic_write(self, path: Path, data: bytes) -> None:
+        """Replace ``path`` by ``data`` whole or not at all; a failed write (a full disk)
+        removes its temporary file, which would otherwise keep the disk full."""
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     @contextlib.contextmanager
     def _locked_index(self) -> Iterator[dict[str, Any]]:
@@ -291,7 +298,8 @@ class OCILayout(_transfer.StoreFront):
                 raise DigestMismatch(
                     f"The manifest of {ref} in {self.root} does not match {digest}."
                 )
-            return data, _media.MANIFEST, digest
+            # A layout keeps no Content-Type: the document's own mediaType stands for it.
+            return data, _media.declared_type(data), digest
 
         return await anyio.to_thread.run_sync(read)
 

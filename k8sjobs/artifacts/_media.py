@@ -15,6 +15,11 @@ MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_INDEX = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_SCHEMA1 = "application/vnd.docker.distribution.manifest.v1+json"
+DOCKER_SCHEMA1_SIGNED = "application/vnd.docker.distribution.manifest.v1+prettyjws"
+_MANIFESTS = (MANIFEST, DOCKER_MANIFEST)
+_INDEXES = (INDEX, DOCKER_INDEX)
+_SCHEMA1 = (DOCKER_SCHEMA1, DOCKER_SCHEMA1_SIGNED)
 MANIFEST_ACCEPT = ", ".join([MANIFEST, INDEX, DOCKER_MANIFEST, DOCKER_INDEX])
 EMPTY_CONFIG = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG_DATA = b"{}"
@@ -154,18 +159,90 @@ def encode_manifest(manifest: Manifest) -> bytes:
     return json.dumps(body, separators=(",", ":"), sort_keys=False).encode()
 
 
-def decode_manifest(data: bytes, where: str) -> Manifest:
-    """Return the Manifest in ``data``, or raise RegistryError naming ``where`` it came from."""
+def declared_type(data: bytes) -> str:
+    """Return the ``mediaType`` a manifest's body declares, or "" when it declares none."""
+    try:
+        declared = json.loads(data).get("mediaType")
+    except (ValueError, AttributeError):
+        return ""
+    return declared if isinstance(declared, str) else ""
+
+
+def _kind(media_type: str | None) -> str | None:
+    """Return "manifest", "index" or "schema1" for a media type that says which, else None."""
+    if media_type in _MANIFESTS:
+        return "manifest"
+    if media_type in _INDEXES:
+        return "index"
+    if media_type in _SCHEMA1:
+        return "schema1"
+    return None
+
+
+def _body_kind(body: dict[str, Any]) -> str | None:
+    """Return what a manifest's body shows it is, by its fields (as containerd's
+    validateMediaType reads them), or None when they do not tell."""
+    if "fsLayers" in body or "signatures" in body or body.get("schemaVersion") == 1:
+        return "schema1"
+    if "manifests" in body:
+        return "index"
+    if "layers" in body or "config" in body:
+        return "manifest"
+    return None
+
+
+_REFUSED = {
+    "index": (
+        "an image index (a list of manifests, one per platform), not an artifact; pull one "
+        "of its manifests by digest"
+    ),
+    "schema1": (
+        "a Docker schema 1 manifest, which k8sjobs does not read (nor does containerd); "
+        "push it again with a current client"
+    ),
+}
+
+
+def decode_manifest(data: bytes, where: str, content_type: str | None = None) -> Manifest:
+    """Return the Manifest in ``data``, or raise RegistryError naming ``where`` it came from.
+
+    What the document is comes from its Content-Type, its ``mediaType`` field and its other
+    fields together, as containerd decides: they must not disagree, and only an image
+    manifest (OCI or Docker v2) is an artifact that can be unpacked. An index or a schema 1
+    manifest is refused by name, never read as a manifest with no layers.
+    """
     try:
         body = json.loads(data)
     except ValueError as exc:
         raise RegistryError(f"The manifest of {where} is not JSON.") from exc
-    if not isinstance(body, dict) or body.get("mediaType", MANIFEST) not in (
-        MANIFEST,
-        DOCKER_MANIFEST,
-    ):
-        kind = body.get("mediaType") if isinstance(body, dict) else type(body).__name__
-        raise RegistryError(f"{where} is a {kind}, not an artifact manifest.")
+    if not isinstance(body, dict):
+        raise RegistryError(f"{where} is a JSON {type(body).__name__}, not a manifest.")
+    declared = body.get("mediaType")
+    header = (content_type or "").partition(";")[0].strip().lower() or None
+    said = {
+        name: kind
+        for name, kind in (
+            (f'Content-Type "{header}"', _kind(header)),
+            (f'mediaType "{declared}"', _kind(declared) if isinstance(declared, str) else None),
+            ("its fields", _body_kind(body)),
+        )
+        if kind is not None
+    }
+    kinds = set(said.values())
+    if len(kinds) > 1:
+        claims = ", ".join(f"{name} says {kind}" for name, kind in said.items())
+        raise RegistryError(f"{where}: the manifest contradicts itself ({claims}); refused.")
+    kind = kinds.pop() if kinds else None
+    if kind in _REFUSED:
+        named = declared if isinstance(declared, str) else header or kind
+        raise RegistryError(f"{where} is {_REFUSED[kind]} ({named}).")
+    if declared is not None and declared not in _MANIFESTS:
+        raise RegistryError(f"{where} is a {str(declared)[:120]}, not an artifact manifest.")
+    if kind is None:
+        raise RegistryError(
+            f"{where}: the registry's answer (Content-Type {header or 'none'}) has neither "
+            "a known mediaType nor layers; it is not an artifact manifest."
+        )
     raw_layers = body.get("layers") or []
     if not isinstance(raw_layers, list):
         raise RegistryError(f'The manifest of {where}: "layers" is not a list.')

@@ -714,7 +714,7 @@ class Registry(_transfer.StoreFront):
         """Copy an artifact to another reference (same or other repository or registry)."""
         src, dst = self._ref(source), self._ref(destination)
         data, media_type, digest = await self.get_manifest(src)
-        manifest = _media.decode_manifest(data, str(src))
+        manifest = _media.decode_manifest(data, str(src), media_type)
         # Each blob passes through a temporary file: the default pull limit bounds it.
         Budget(PullLimits(), f"Copying {src}").check_declared(
             {desc.title or desc.digest: (desc.size, True) for desc in manifest.blobs()}

@@ -5,7 +5,8 @@ A staging directory (``.k8sjobs-extract-*``) or partial file (``.k8sjobs-part-*`
 under an exclusive flock(2) for as long as its pull lives; the kernel drops the lock when
 the process dies, even by SIGKILL. So the next pull into the same place can tell a leftover
 (lock free: removed) from another pull still at work (lock held: left alone). The trash of
-a replaced directory (``.<name>.k8sjobs-old-*``) is always safe to remove.
+a replaced directory (``.k8sjobs-old-*``, or ``.<name>.k8sjobs-old-*`` from older versions)
+is always safe to remove.
 """
 
 from __future__ import annotations
@@ -42,18 +43,21 @@ class Held:
             os.close(fd)
 
 
-def _locked(make: Callable[[], tuple[Path, int]]) -> Held:
+def _locked(parent: Path, make: Callable[[], tuple[Path, int]]) -> Held:
     """Make a path and lock it. Another pull's sweep may find it in the moment before the
     lock and remove it (holding the lock meanwhile): then the path is no longer the one
     opened, and a new one is made."""
     for _ in range(100):
-        path, fd = make()
+        try:
+            path, fd = make()
+        except FileNotFoundError:  # a sweep removed it between its making and its opening
+            continue
         fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a sweep that holds it
         with contextlib.suppress(FileNotFoundError):
             if os.lstat(path).st_ino == os.fstat(fd).st_ino:
                 return Held(path, fd)
         os.close(fd)
-    raise OSError(f"cannot keep a staging path in {path.parent}: something removes them")
+    raise OSError(f"cannot keep a staging path in {parent}: something removes them")
 
 
 def staging_dir(parent: Path) -> Held:
@@ -63,7 +67,7 @@ def staging_dir(parent: Path) -> Held:
         path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=parent))
         return path, os.open(path, _OPEN | os.O_DIRECTORY)
 
-    return _locked(make)
+    return _locked(parent, make)
 
 
 def part_file(parent: Path, name: str) -> Held:
@@ -73,7 +77,7 @@ def part_file(parent: Path, name: str) -> Held:
         fd, path = tempfile.mkstemp(prefix=f"{PART_PREFIX}{name[:100]}.", dir=parent)
         return Path(path), fd
 
-    return _locked(make)
+    return _locked(parent, make)
 
 
 def _remove_if_dead(entry: os.DirEntry[str], is_dir: bool) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from ..errors import RegistryError
 from . import _media
+from ._links import LinkLoop, resolve
 
 Compression = Literal["none", "gzip", "zstd"]
 _COPY_BUFFER = 1024 * 1024
@@ -176,16 +177,39 @@ def fingerprint(
     tell such a tree from one modified again in the same tick (see _digest).
     """
     recent = time.time_ns() - 1_000_000_000
-    hasher = hashlib.sha256(f"{os.path.realpath(root)}\0{compression}\0{level}".encode())
+    where = f"{os.path.realpath(root)}\0{compression}\0{level}"
+    hasher = hashlib.sha256(where.encode("utf-8", "surrogateescape"))
     skip = len(root.name) + 1
     for name, _, st in entries:
         if st.st_mtime_ns >= recent:
             return None
+        # ctime too: no user can set it, so a rewrite with the mtime put back still shows.
+        # Names are bytes on POSIX: one that is not UTF-8 is hashed as those bytes.
         hasher.update(
             f"{name[skip:] or '.'}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
-            f"\0{st.st_ino}\n".encode()
+            f"\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}\n".encode("utf-8", "surrogateescape")
         )
     return "dir:" + hasher.hexdigest()
+
+
+def check_links(root: Path, entries: list[Entry]) -> None:
+    """Raise RegistryError naming the first symlink of the tree that is absolute, loops, or
+    leads out of it (followed through the tree's own links, as _links does): a pull would
+    refuse the archive, so the push refuses it first."""
+    top = root.name
+    links = {name: os.readlink(path) for name, path, st in entries if stat.S_ISLNK(st.st_mode)}
+    for name in links:
+        path = os.path.join(os.path.dirname(root), name)
+        try:
+            lands = resolve(name, links)
+        except LinkLoop:
+            raise RegistryError(f"Cannot push {path}: the symlink is a loop of links.") from None
+        if lands is None or not (lands == top or lands.startswith(top + "/")):
+            raise RegistryError(
+                f'Cannot push {path}: the symlink points to "{links[name]}", outside '
+                f"{root}; a pull would refuse it. Make it point inside the directory, or "
+                "copy what it points to in."
+            )
 
 
 def choose_level(entries: list[Entry], compression: Compression, level: int | None) -> int:

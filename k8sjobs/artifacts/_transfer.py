@@ -6,12 +6,15 @@ files and directories into layers and back, several blobs at a time, verifying a
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import itertools
 import os
 import posixpath
+import secrets
 import shutil
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -229,6 +232,7 @@ class _Pusher:
     async def dir_layer(self, path: Path) -> Descriptor:
         opts = self.opts
         entries = await anyio.to_thread.run_sync(_tarball.scan, path)
+        _tarball.check_links(path, entries)
         key = await anyio.to_thread.run_sync(
             _tarball.fingerprint, path, entries, opts.compression, opts.level
         )
@@ -286,6 +290,15 @@ def _check_paths(given: Sequence[Path]) -> list[Path]:
     """Return the paths made absolute, or raise if one is missing, special, or a duplicate name."""
     paths = [Path(os.path.abspath(p)) for p in given]
     for path in paths:
+        try:
+            path.name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RegistryError(
+                f"Cannot push {os.fsencode(path)!r}: its name is not UTF-8, and a layer's "
+                "title is UTF-8 text in the manifest. Rename it (convmv -f latin1 -t utf8), "
+                "or push the directory that holds it: names inside a directory are carried "
+                "as their bytes."
+            ) from None
         if not path.exists():
             raise RegistryError(f"Cannot push {path}: no such file or directory.")
         if not (path.is_file() or path.is_dir()):
@@ -344,15 +357,37 @@ def _layer_destination(target: Path, desc: Descriptor) -> Path:
     return target / norm
 
 
+@contextlib.contextmanager
+def _install_lock(parent: Path) -> Iterator[None]:
+    """Hold the install lock of ``parent``: flock(2) on the directory itself, so no file of
+    ours is left in the user's directory. Every pull moving results into ``parent`` takes it,
+    threads of one process (each opens its own descriptor) and other processes alike, so the
+    two renames of a replacement are never interleaved with another pull's (blocking)."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def _replace(src: Path, dest: Path) -> None:
-    """Move ``src`` to ``dest``, replacing a file or directory already there (blocking)."""
-    if dest.is_dir() and not dest.is_symlink():
-        trash = dest.with_name(f".{dest.name}.k8sjobs-old-{os.getpid()}-{time.monotonic_ns()}")
-        dest.rename(trash)
-        src.rename(dest)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
+    """Move ``src`` to ``dest``, replacing a file or directory already there (blocking).
+
+    Under the parent's install lock: concurrent pulls of one artifact into one target each
+    succeed, and the last leaves one complete copy. The old directory is moved aside under a
+    short name of its own (``dest``'s name may already be near the 255-byte limit), and
+    removed once the lock is released.
+    """
+    trash = dest.with_name(f"{_staging.OLD_MARK}{secrets.token_hex(8)}")
+    with _install_lock(dest.parent):
+        if dest.is_dir() and not dest.is_symlink():
+            dest.rename(trash)
+        elif src.is_dir() and (dest.is_symlink() or dest.exists()):
+            with contextlib.suppress(FileNotFoundError):
+                dest.unlink()  # a file (or link) where a directory goes: rename cannot
         os.replace(src, dest)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _make_target(target: Path) -> Path:
@@ -446,8 +481,47 @@ async def pull_to(
 ) -> PullResult:
     """Fetch an artifact's layers into ``target``, verified and within ``limits``; return
     what was written."""
-    data, _, digest = await backend.get_manifest(ref)
-    manifest = _media.decode_manifest(data, str(ref))
+    data, content_type, digest = await backend.get_manifest(ref)
+    manifest = _media.decode_manifest(data, str(ref), content_type)
+    try:
+        return await _pull_manifest(
+            backend, ref, digest, manifest, target, concurrency, progress, display, limits
+        )
+    except OSError as exc:  # the target's filesystem: full, read-only, not ours
+        raise RegistryError(target_failure(f"Pulling {display or ref}", target, exc)) from None
+
+
+_HINTS = {
+    errno.ENOSPC: "free space there (in a pod: give the step's work volume more room)",
+    errno.EDQUOT: "free space there, or raise the quota",
+    errno.EROFS: "the filesystem is read-only; pull into a writable directory",
+    errno.EACCES: "check the directory's owner and permissions",
+    errno.EPERM: "check the directory's owner and permissions",
+    errno.ENAMETOOLONG: "a name there is longer than the filesystem allows",
+}
+
+
+def target_failure(what: str, target: Path, exc: OSError) -> str:
+    """Return the one-line error of an OSError met while writing into ``target``: the path,
+    the cause and what to do."""
+    path = exc.filename or target
+    code = errno.errorcode.get(exc.errno or 0, "")
+    hint = _HINTS.get(exc.errno or 0)
+    cause = f"{exc.strerror or type(exc).__name__}{f' ({code})' if code else ''}"
+    return f"{what}: cannot write {path}: {cause}" + (f"; {hint}." if hint else ".")
+
+
+async def _pull_manifest(
+    backend: BlobBackend,
+    ref: Reference,
+    digest: str,
+    manifest: Manifest,
+    target: Path,
+    concurrency: int,
+    progress: ProgressCallback | None,
+    display: str | None,
+    limits: PullLimits | None,
+) -> PullResult:
     target = await anyio.to_thread.run_sync(_make_target, target)
     layers = [layer for layer in manifest.layers if layer.title]
     for layer in layers:

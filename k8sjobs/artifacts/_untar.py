@@ -12,10 +12,13 @@ pax formats that tar, Go's archive/tar and Python's tarfile write, and it is str
 tarfile: a bad header checksum or a truncated archive is an error, never a silent end.
 
 Every member is checked before anything is written (``_check``): no absolute paths, no
-``..``, no link leading outside, nothing written through a symlink, no device, fifo or
-unknown type. Files are created with O_EXCL|O_NOFOLLOW and their modes filtered as the
-stdlib "data" filter does. The caller extracts into an empty staging directory and moves
-the result into place only after the blob's digest is verified.
+``..`` in a member's name, nothing written through a symlink, no device, fifo or unknown
+type. A symlink may hold ``..`` as long as it lands inside the layer (``_links``): each is
+judged as it comes, and all again at the end, when every link that could change where
+another leads is known. A backslash is an ordinary character on POSIX, and a name that is
+not UTF-8 is carried as its bytes. Files are created with O_EXCL|O_NOFOLLOW and their
+modes filtered as the stdlib "data" filter does. The caller extracts into an empty staging
+directory and moves the result into place only after the blob's digest is verified.
 
 gzip's CRC-32 is not computed: the blob's SHA-256 already covers every byte, and stored
 (uncompressed) deflate blocks, which k8sjobs writes for data that does not compress, are
@@ -36,6 +39,7 @@ from typing import Any
 
 from ..errors import UnsafeArchive
 from ._fd import write_all
+from ._links import LinkLoop, resolve, within
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
@@ -52,7 +56,7 @@ Sink = Callable[[Sequence[memoryview]], None]
 
 def inside(name: str) -> str:
     """Return the normalised member path, or raise if it is absolute or climbs out."""
-    if not name or name.startswith("/") or "\\" in name or "\0" in name:
+    if not name or name.startswith("/") or "\0" in name:
         raise UnsafeArchive(f'member "{name}" has an absolute or malformed path')
     parts = name.split("/")
     if ".." in parts:
@@ -186,7 +190,7 @@ class _Tar:
         self._left = 0  # file bytes still to write
         self._skip = 0  # padding still to skip
         self.ended = False
-        self._links: set[str] = set()
+        self._links: dict[str, str] = {}  # every symlink: its name and target as written
         self._seen: set[str] = set()
         self._made: set[str] = {""}
         self._dirs: list[tuple[str, float]] = []
@@ -234,9 +238,12 @@ class _Tar:
         return view[step:]
 
     def close(self) -> list[str]:
-        """Finish: raise if the archive stopped inside a member; set the directories' times."""
+        """Finish: raise if the archive stopped inside a member or a link now leads out
+        (through a link that came after it); set the directories' times."""
         if self._left or self._held or self._meta_type or self._fd >= 0:
             raise UnsafeArchive("the archive ends in the middle of a member")
+        for name in self._links:
+            self._check_link(name)
         for path, mtime in reversed(self._dirs):  # after their contents, which change it
             os.utime(path, (mtime, mtime), follow_symlinks=False)
         return sorted(self.tops - {"."})
@@ -334,21 +341,28 @@ class _Tar:
                 raise UnsafeArchive(
                     f'symlink "{member.name}" points to absolute "{member.linkname}"'
                 )
-            if not self._under_root(
-                inside(posixpath.join(posixpath.dirname(name), member.linkname))
-            ):
-                raise UnsafeArchive(
-                    f'symlink "{member.name}" points outside the layer "{self._root}"'
-                )
-            self._links.add(name)
+            self._links[name] = member.linkname
+            self._check_link(name)
         elif kind == _LINK:
             target = inside(member.linkname)
             if target not in self._seen:
                 raise UnsafeArchive(f'hard link "{member.name}" points outside the archive')
-            if target in self._links:  # a hard link to a symlink is one more symlink
-                self._links.add(name)
+            if target in self._links:  # a hard link to a symlink is one more symlink, whose
+                self._links[name] = self._links[target]  # target is read from its own place
+                self._check_link(name)
         self._seen.add(name)
         return name
+
+    def _check_link(self, name: str) -> None:
+        """Refuse the symlink ``name`` if, followed through the archive's links, it leads
+        out of the layer (or out of the target), or never ends."""
+        try:
+            lands = resolve(name, self._links)
+        except LinkLoop:
+            raise UnsafeArchive(f'symlink "{name}" is a loop of links') from None
+        if lands is None or not within(lands, self._root):
+            where = f'the layer "{self._root}"' if self._root else "the target"
+            raise UnsafeArchive(f'symlink "{name}" -> "{self._links[name]}" climbs out of {where}')
 
     @staticmethod
     def _clear(path: str, member: _Member) -> None:

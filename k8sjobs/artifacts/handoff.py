@@ -372,8 +372,13 @@ def _mark_pull_failed(env: Mapping[str, str]) -> None:
 def _mark(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all: a reader never sees half of it."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a full volume stays no fuller
+        raise
 
 
 async def run_sidecar(
@@ -425,16 +430,27 @@ async def run_command(
         return await run_push(
             config, timeout, env, out=out, err=err, stores=stores, exit_code=exit_code
         )
-    except RegistryError as exc:
-        print(f"k8sjobs handoff {command}: {exc}", file=err, flush=True)
+    except (RegistryError, OSError) as exc:
+        # An OSError is the volume's (full, read-only): as much the step's failure as a
+        # registry's, and as much due one line naming the path and the cause.
+        message = str(exc) if isinstance(exc, RegistryError) else _os_failure(exc)
+        print(f"k8sjobs handoff {command}: {message}", file=err, flush=True)
         if command == "sidecar":  # the Flux runner waits for the inputs: tell it
-            await asyncio.to_thread(_mark_pull_failed, env)
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(_mark_pull_failed, env)
         return 1
     except BaseException:
         if command == "sidecar":  # a crash too, or the runner waits its whole bound
             with contextlib.suppress(OSError):
                 await asyncio.shield(asyncio.to_thread(_mark_pull_failed, env))
         raise
+
+
+def _os_failure(exc: OSError) -> str:
+    """Return the one line an OSError outside a pull's target is reported as."""
+    from ._transfer import target_failure
+
+    return target_failure("writing the shared volume", Path(exc.filename or "?"), exc)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import os
 import subprocess
@@ -83,3 +85,47 @@ def test_concurrent_writer_processes_keep_index_consistent(tmp_path: Path) -> No
     index = json.loads((layout / "index.json").read_text())
     names = {m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]}
     assert names == {f"w{w}/x:t{i}" for w in range(4) for i in range(8)}
+
+
+FULL_DISK_PUSH = """
+import asyncio, resource, signal, sys
+from pathlib import Path
+from k8sjobs.artifacts import DigestCache, OCILayout
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # a write past it fails: EFBIG
+store = OCILayout(sys.argv[1], cache=DigestCache(Path(sys.argv[2]) / "c.sqlite"))
+try:
+    asyncio.run(store.push("full/x:new", [Path(sys.argv[2]) / "small.txt"]))
+except OSError as exc:
+    print(exc.errno)
+    sys.exit(3)
+"""
+
+
+def test_a_failed_index_rewrite_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """Issue 25 item 7: when the disk filled while index.json was rewritten, its temporary
+    file (290 KB) stayed in the layout and the disk stayed full (failed on main)."""
+    layout = tmp_path / "layout"
+    asyncio.run(OCILayout(layout, cache=DigestCache(tmp_path / "c.sqlite")).push("a/b:c", []))
+    index = json.loads((layout / "index.json").read_text())
+    entry = index["manifests"][0]
+    index["manifests"] = [
+        {**entry, "annotations": {"org.opencontainers.image.ref.name": f"many/x:t{i}"}}
+        for i in range(2000)
+    ]
+    (layout / "index.json").write_text(json.dumps(index, indent=1))
+    before = (layout / "index.json").read_bytes()
+    (tmp_path / "small.txt").write_text("small\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_PUSH, str(layout), str(tmp_path), str(len(before) // 2)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.strip() == str(errno.EFBIG)
+    assert (layout / "index.json").read_bytes() == before
+    assert sorted(p.name for p in layout.iterdir()) == [
+        "blobs", "index.json", "index.json.lock", "oci-layout",
+    ]  # fmt: skip
+    assert not [p for p in (layout / "blobs" / "sha256").iterdir() if p.name.startswith(".")]
