@@ -28,6 +28,7 @@ import asyncio
 import difflib
 import graphlib
 import itertools
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,6 +48,8 @@ from .runrecord import RunJournal
 from .session import Session, dependency_failure
 from .state import StepResult, StepState
 from .steps.spec import SCRIPT_LIMIT, Step, StepOutput
+
+_log = logging.getLogger("k8sjobs.study")
 
 __all__ = ["Study", "StudyRun", "load_study"]
 
@@ -529,6 +532,11 @@ class StudyRun:
             s.name: StepRecord(StepResult(name=s.name, reason="Waiting"), backend=None)
             for s in study.steps
         }
+        if max_parallel is not None and (isinstance(max_parallel, bool) or max_parallel < 1):
+            raise ValueError(
+                f"max_parallel {max_parallel!r}: write a number of steps of at least 1, "
+                "or None for no limit"
+            )
         self._gate = asyncio.Semaphore(max_parallel) if max_parallel else None
         self._on_change = on_change
         self._done: dict[str, asyncio.Event] = {s.name: asyncio.Event() for s in study.steps}
@@ -562,6 +570,9 @@ class StudyRun:
     async def _run_step(self, step: Step) -> None:
         try:
             deps = self.study.depends[step.name]
+            waiting = [d for d in deps if not self._done[d].is_set()]
+            if waiting:
+                _log.info('step "%s" waits for %s', step.name, ", ".join(waiting))
             for dep in deps:
                 await self._done[dep].wait()
             # The session fails a step whose upstream handles failed (after=); a dependency
@@ -575,6 +586,8 @@ class StudyRun:
             if self._gate is None:
                 await self._submit_and_wait(step, after)
             else:
+                if self._gate.locked():
+                    _log.info('step "%s" waits for a free slot (max_parallel)', step.name)
                 async with self._gate:
                     await self._submit_and_wait(step, after)
         finally:
@@ -597,6 +610,7 @@ class StudyRun:
             self._set(step.name, state=StepState.FAILED, reason="SubmitFailed", message=str(exc))
             return
         self._handles[step.name] = handle
+        _log.info('step "%s" submitted to the %s backend', step.name, handle.backend.kind)
         record.backend = handle.backend.kind
         handle.add_listener(self._forward)
         self._forward(handle)

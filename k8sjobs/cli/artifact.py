@@ -28,8 +28,6 @@ from ..artifacts._tarball import Compression
 from ..artifacts._transfer import ProgressEvent
 from ..errors import RegistryError
 
-DEFAULT_STORE = "oci:.k8sjobs/artifacts"
-
 
 class ProgressBars:
     """A rich progress display with one bar per blob, fed by ProgressEvents."""
@@ -61,7 +59,8 @@ class ProgressBars:
 
 
 def _store(args: argparse.Namespace) -> ArtifactStore:
-    return open_store(args.store, plain_http=args.plain_http, ca_file=args.ca_file)
+    store = args.store or f"oci:{args.state_dir / 'artifacts'}"
+    return open_store(store, plain_http=args.plain_http, ca_file=args.ca_file)
 
 
 def _parse_annotations(items: list[str]) -> dict[str, str]:
@@ -142,8 +141,10 @@ def _runner(
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
-        default=DEFAULT_STORE,
-        help='"host[:port][/prefix]" of a registry, or "oci:<dir>" (default %(default)s)',
+        default=None,
+        metavar="STORE",
+        help='"host[:port][/prefix]" of a registry, or "oci:<dir>" (default the OCI layout '
+        "the local backend writes: oci:<state dir>/artifacts)",
     )
     parser.add_argument(
         "--plain-http", action="store_true", help="talk HTTP, not HTTPS, to the registry"
@@ -169,18 +170,35 @@ def _compression(value: str) -> str:
     return value
 
 
-def add_artifact_commands(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``artifact push|pull|tags|rm`` to an argparse subparsers object; return the group."""
+def add_artifact_commands(subparsers: Any, common: Any) -> argparse.ArgumentParser:
+    """Add ``artifact push|pull|tags|rm`` to an argparse subparsers object; return the group.
+
+    ``common(parser, names)`` adds the global options ``names`` and -v/-q.
+    """
     artifact: argparse.ArgumentParser = subparsers.add_parser(
-        "artifact", help="push, pull, list and remove artifacts"
+        "artifact",
+        help="push, pull, list and remove artifacts",
+        description="Push, pull, list and remove artifacts in a registry or an OCI layout.",
     )
-    commands = artifact.add_subparsers(dest="artifact_command", required=True)
+    commands = artifact.add_subparsers(dest="artifact_command", required=True, metavar="VERB")
 
     push = commands.add_parser("push", help="push files and directories as one artifact")
     push.add_argument("reference", help="repository:tag, e.g. study/train:v1")
-    push.add_argument("paths", nargs="+", help="files and directories to push")
-    push.add_argument("--annotation", "-a", action="append", default=[], metavar="KEY=VALUE")
-    push.add_argument("--artifact-type", default="application/vnd.k8sjobs.artifact.v1")
+    push.add_argument("paths", nargs="+", metavar="PATH", help="files and directories to push")
+    push.add_argument(
+        "--annotation",
+        "-a",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an annotation of the manifest, repeatable",
+    )
+    push.add_argument(
+        "--artifact-type",
+        default="application/vnd.k8sjobs.artifact.v1",
+        metavar="MEDIA_TYPE",
+        help="the manifest's artifactType (default %(default)s)",
+    )
     push.add_argument(
         "--compression",
         type=_compression,
@@ -191,7 +209,7 @@ def add_artifact_commands(subparsers: Any) -> argparse.ArgumentParser:
     push.set_defaults(func=_runner(_push))
 
     pull = commands.add_parser("pull", help="pull an artifact's files into a directory")
-    pull.add_argument("reference")
+    pull.add_argument("reference", help="repository:tag or repository@digest, e.g. study/train:v1")
     pull.add_argument("target", nargs="?", default=".", help="directory to write into (default .)")
     pull.add_argument(
         "--max-bytes",
@@ -211,15 +229,16 @@ def add_artifact_commands(subparsers: Any) -> argparse.ArgumentParser:
     pull.set_defaults(func=_runner(_pull))
 
     tags = commands.add_parser("tags", help="list the tags of a repository")
-    tags.add_argument("repository")
+    tags.add_argument("repository", help="the repository, e.g. study/train")
     tags.set_defaults(func=_runner(_tags))
 
     rm = commands.add_parser("rm", help="delete the manifest a reference names (and its tags)")
-    rm.add_argument("reference")
+    rm.add_argument("reference", help="repository:tag or repository@digest")
     rm.set_defaults(func=_runner(_rm))
 
     for parser in (push, pull, tags, rm):
         _common(parser)
+        common(parser, ("state_dir",))
         parser.add_argument(
             "--progress",
             action=argparse.BooleanOptionalAction,

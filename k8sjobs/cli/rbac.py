@@ -160,14 +160,14 @@ def rbac_yaml(
     return "\n".join(header) + "\n" + body
 
 
-def add_rbac_command(commands: Any) -> None:
-    """Add ``k8sjobs rbac`` to the CLI's subparsers."""
+def add_rbac_command(commands: Any, common: Any) -> None:
+    """Add ``k8sjobs rbac`` to the CLI's subparsers; ``common`` adds the global options."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "rbac",
         help="print the ServiceAccount, Role and RoleBinding k8sjobs needs in a namespace",
         description="Print, as YAML for kubectl apply, the least rights k8sjobs needs.",
     )
-    parser.add_argument("--namespace", "-n", required=True, help="where the steps run")
+    common(parser, ("namespace",))
     parser.add_argument(
         "--service-account",
         default=DEFAULT_SERVICE_ACCOUNT,
@@ -182,5 +182,9 @@ def add_rbac_command(commands: Any) -> None:
 
 
 def _cmd_rbac(args: argparse.Namespace) -> int:
+    if not args.namespace:
+        from .options import UsageError
+
+        raise UsageError("k8sjobs rbac: name the namespace the steps run in: -n NAMESPACE")
     sys.stdout.write(rbac_yaml(args.namespace, args.service_account, minicluster=args.minicluster))
     return 0

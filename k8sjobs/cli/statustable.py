@@ -15,8 +15,10 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
@@ -27,7 +29,7 @@ from ..durations import format_duration
 from ..state import StepResult, StepState
 from ..study import summarize
 
-__all__ = ["LiveView", "Progress", "status_table"]
+__all__ = ["FIELDS", "Field", "LiveView", "Progress", "status_table", "step_record"]
 
 _STYLE = {
     StepState.PENDING: "dim",
@@ -42,19 +44,86 @@ _STYLE = {
 _CHROME = 4
 
 
-def status_table(results: Iterable[StepResult], now: datetime | None = None) -> Table:
-    """Return a table of ``results``, one row a step: name, state, duration, reason.
+@dataclass(frozen=True)
+class Field:
+    """One fact about a step, as ``status -o json|yaml`` writes it and a table shows it.
+
+    ``value`` gives the JSON value (None: unknown); ``cell`` the table's text (default the
+    value, blank when None); ``wide`` shows it only in ``-o wide``; a field with no
+    ``header`` is in JSON and YAML only. Add a fact of StepResult here and every output
+    format has it.
+    """
+
+    key: str
+    value: Callable[[StepResult], Any]
+    header: str = ""
+    wide: bool = False
+    cell: Callable[[StepResult, datetime], str | Text] | None = None
+
+    def text(self, result: StepResult, now: datetime) -> str | Text:
+        """Return the table cell of ``result`` (a running step's time: up to ``now``)."""
+        if self.cell is not None:
+            return self.cell(result, now)
+        value = self.value(result)
+        return "" if value is None else Text(str(value))
+
+
+def _when(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat(timespec="seconds")
+
+
+FIELDS: tuple[Field, ...] = (
+    # Text, not markup: step names such as "transform[SHARD=0]" look like rich tags.
+    Field("name", lambda r: r.name, "step"),
+    Field(
+        "state",
+        lambda r: str(r.state),
+        "state",
+        cell=lambda r, _now: Text(str(r.state), style=_STYLE[r.state]),
+    ),
+    Field(
+        "duration",
+        lambda r: r.duration,
+        "duration",
+        cell=lambda r, now: r.took(now),
+    ),
+    Field("reason", lambda r: r.reason, "reason", cell=lambda r, _now: Text(r.message or r.reason)),
+    Field("message", lambda r: r.message),
+    Field("exit_code", lambda r: r.exit_code, "exit", wide=True),
+    Field("started_at", lambda r: _when(r.started_at), "started", wide=True),
+    Field("finished_at", lambda r: _when(r.finished_at)),
+    Field(
+        "pods",
+        lambda r: list(r.pods),
+        "pods",
+        wide=True,
+        cell=lambda r, _now: Text(" ".join(r.pods)),
+    ),
+    Field("outputs", lambda r: dict(r.outputs)),
+    Field("log_file", lambda r: r.log_file, "log", wide=True),
+)
+
+
+def step_record(result: StepResult) -> dict[str, Any]:
+    """Return ``result`` as the mapping ``status -o json|yaml`` writes: every field."""
+    return {f.key: f.value(result) for f in FIELDS}
+
+
+def status_table(
+    results: Iterable[StepResult], now: datetime | None = None, *, wide: bool = False
+) -> Table:
+    """Return a table of ``results``, one row a step: name, state, duration, reason (and,
+    ``wide``, the exit code, start, pods and log file).
 
     A running step's duration is its time so far, up to ``now`` (default: the clock's).
     """
     now = now or datetime.now().astimezone()
+    shown = [f for f in FIELDS if f.header and (wide or not f.wide)]
     table = Table(show_edge=False, header_style="bold")
-    for column in ("step", "state", "duration", "reason"):
-        table.add_column(column)
+    for f in shown:
+        table.add_column(f.header)
     for r in results:
-        # Text, not markup: step names such as "transform[SHARD=0]" look like rich tags.
-        state = Text(str(r.state), style=_STYLE[r.state])
-        table.add_row(Text(r.name), state, r.took(now), Text(r.message or r.reason))
+        table.add_row(*(f.text(r, now) for f in shown))
     return table
 
 

@@ -1,0 +1,203 @@
+"""The options several ``k8sjobs`` commands share, added in one place so they read the same.
+
+Global options (``--state-dir``, ``--backend``, ``--kubeconfig``, ``--context``,
+``-n/--namespace``, ``-v``, ``-q``) are added twice: to the top-level parser with their real
+defaults, and to each command that uses them with ``default=SUPPRESS``, so that
+``k8sjobs -n hpc status`` and ``k8sjobs status -n hpc`` both work and a command's own value,
+when given, wins. ``-v`` counts add up wherever they are written.
+
+A study is named the same way everywhere: its file (``k8sjobs status study.yaml``) or
+``--study NAME``; with both, ``--study`` names it (as ``run`` renames a study).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..render.manifests import HANDOFF_IMAGE
+
+__all__ = [
+    "GLOBALS",
+    "UsageError",
+    "add_globals",
+    "add_study",
+    "add_target",
+    "positive_int",
+    "quote",
+    "split_study_args",
+    "study_name",
+]
+
+
+class UsageError(Exception):
+    """A mistake on the command line: printed as one ``error:`` line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see: {self.prog} --help)\n")
+
+
+#: Each global option: its flags and the keyword arguments of ``add_argument``.
+GLOBALS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "state_dir": (
+        ("--state-dir",),
+        {
+            "type": Path,
+            "default": Path(".k8sjobs"),
+            "metavar": "DIR",
+            "help": "where runs, logs and local artifacts are kept (default .k8sjobs)",
+        },
+    ),
+    "backend": (
+        ("--backend",),
+        {
+            "choices": ("local", "kubernetes"),
+            "default": "local",
+            "help": "where steps run: local (the default: processes on this machine) or kubernetes",
+        },
+    ),
+    "kubeconfig": (
+        ("--kubeconfig",),
+        {
+            "default": None,
+            "metavar": "FILE",
+            "help": "the kubeconfig file of the cluster (default $KUBECONFIG or ~/.kube/config)",
+        },
+    ),
+    "context": (
+        ("--context",),
+        {
+            "default": None,
+            "metavar": "NAME",
+            "help": "the kubeconfig context to use (default its current context)",
+        },
+    ),
+    "namespace": (
+        ("-n", "--namespace"),
+        {
+            "default": None,
+            "metavar": "NAMESPACE",
+            "help": "the Kubernetes namespace (default the context's namespace, else default)",
+        },
+    ),
+}
+#: The global options of a command that talks to a backend.
+BACKEND = ("state_dir", "backend", "kubeconfig", "context", "namespace")
+
+
+def add_globals(parser: argparse.ArgumentParser, names: Sequence[str], *, top: bool) -> None:
+    """Add the global options ``names`` and ``-v``/``-q`` to ``parser``.
+
+    ``top`` is the top-level parser (real defaults); a command's copy suppresses its
+    defaults so that a value given before the command survives.
+    """
+    for name in names:
+        flags, kwargs = GLOBALS[name]
+        parser.add_argument(
+            *flags, dest=name, **{**kwargs, **({} if top else {"default": argparse.SUPPRESS})}
+        )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbose_top" if top else "verbose",
+        action="count",
+        default=0,
+        help="say what k8sjobs is doing on stderr; -vv for debugging detail",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        dest="quiet_top" if top else "quiet",
+        action="store_true",
+        default=False,
+        help="only errors on stderr",
+    )
+
+
+def add_target(parser: argparse.ArgumentParser, *, volumes: bool) -> None:
+    """Add where artifacts go and how pods reach them (``run``, ``render``)."""
+    parser.add_argument(
+        "--registry",
+        default=None,
+        metavar="STORE",
+        help="artifact store: host:port/prefix of a registry, or oci:/path (the local backend "
+        "defaults to an OCI layout in the state dir)",
+    )
+    parser.add_argument(
+        "--plain-http", action="store_true", help="talk HTTP, not HTTPS, to the registry"
+    )
+    parser.add_argument(
+        "--handoff-image",
+        default=HANDOFF_IMAGE,
+        metavar="IMAGE",
+        help="the image that pulls inputs and pushes outputs in the pods (default "
+        f"{HANDOFF_IMAGE}; to mirror it: k8sjobs image build)",
+    )
+    if volumes:
+        parser.add_argument(
+            "--volume",
+            action="append",
+            default=[],
+            metavar="NAME=DIR",
+            help="local backend: the directory for a claim, NFS share (server:/path) or "
+            "volume name; repeatable (default: $K8SJOBS_LOCAL_VOLUMES, claims under the "
+            "state dir)",
+        )
+
+
+def add_study(parser: argparse.ArgumentParser) -> None:
+    """Add ``--study NAME``: the study's name, over its file's."""
+    parser.add_argument(
+        "--study",
+        metavar="NAME",
+        default=None,
+        help="the study's name (default: the name: field of its file)",
+    )
+
+
+def split_study_args(values: Sequence[str]) -> tuple[Path | None, list[str]]:
+    """Return (the study file, the rest) of a command's positionals.
+
+    The first positional is the study file when it ends in .yaml/.yml or holds a slash:
+    a step name is a DNS label (with ``[KEY=value]`` for a parameter), never either.
+    """
+    if values and (values[0].endswith((".yaml", ".yml")) or "/" in values[0]):
+        return Path(values[0]), list(values[1:])
+    return None, list(values)
+
+
+def study_name(args: argparse.Namespace, command: str) -> str:
+    """Return the study a command is about: ``--study``, else its file's ``name:``."""
+    if args.study:
+        return str(args.study)
+    if args.study_file is not None:
+        from ..study import load_study
+
+        return load_study(args.study_file).name
+    raise UsageError(
+        f"k8sjobs {command}: name the study: its file (k8sjobs {command} study.yaml) "
+        "or --study NAME"
+    )
+
+
+def positive_int(value: str) -> int:
+    """Return ``value`` as an int of at least 1 (an argparse ``type``)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return number
+
+
+def quote(*words: str) -> str:
+    """Return a command line a person can paste into a shell (each word shell-quoted)."""
+    return " ".join(shlex.quote(w) for w in words)

@@ -1,0 +1,458 @@
+"""The study commands: ``run``, ``status``, ``logs``, ``cancel``, ``render``, ``report``.
+
+Each ``_cmd_*`` takes the parsed arguments and returns the exit code (0 every step shown
+succeeded, 1 one did not or nothing was found); a mistake raises ``UsageError`` or one of
+the library's errors, which ``main`` prints as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from ..errors import StudyError
+from ..render.manifests import Target, render
+from ..render.sshkey import key_for
+from ..session import Session
+from ..steps.spec import Step
+from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
+from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
+from .options import study_name as _study_name
+from .statustable import Progress, status_table, step_record
+
+__all__ = ["add_study_commands"]
+
+Common = Callable[[argparse.ArgumentParser, Sequence[str]], None]
+
+
+def add_study_commands(commands: Any, common: Common) -> None:
+    """Add the study commands to ``commands``; ``common(parser, globals)`` adds the globals."""
+    run = commands.add_parser(
+        "run", help="run a study file", description="Run a study file's steps, in order."
+    )
+    run.add_argument("study_file", type=Path, metavar="STUDY.yaml", help="the study YAML file")
+    run.add_argument(
+        "--study",
+        "--name",
+        dest="study",
+        metavar="NAME",
+        help="the study's name (default: the name: field of its file)",
+    )
+    common(run, BACKEND)
+    add_target(run, volumes=True)
+    run.add_argument(
+        "--max-parallel",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="at most N steps running at once (default: as many as the backend takes)",
+    )
+    run.add_argument(
+        "--cpu",
+        type=_positive_float,
+        default=None,
+        metavar="N",
+        help="cores the local backend hands out (default: this machine's); more than it has "
+        "oversubscribes it, e.g. to try a multi-node MPI step on a laptop",
+    )
+    run.add_argument("--keep-failed", action="store_true", help="keep failed Jobs for debugging")
+    run.add_argument("--plain", action="store_true", help="plain line output, even on a terminal")
+    run.add_argument(
+        "--replace",
+        action="store_true",
+        help="run every step anew (default: adopt steps that succeeded with the same spec)",
+    )
+    run.set_defaults(func=_cmd_run)
+
+    status = commands.add_parser(
+        "status",
+        usage="k8sjobs status [STUDY.yaml | --study NAME] [STEP ...] [options]",
+        help="show the steps of a study",
+        description="Show the steps of a study, while it runs or after.",
+    )
+    _add_selection(status, "only these steps (default all)")
+    common(status, BACKEND)
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "json", "yaml"),
+        default="table",
+        help="table (the default), wide (more columns), json or yaml (every field, for scripts)",
+    )
+    status.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="after the steps, print each change as it happens, until every step has ended",
+    )
+    status.set_defaults(func=_cmd_status)
+
+    cancel = commands.add_parser(
+        "cancel",
+        usage="k8sjobs cancel [STUDY.yaml | --study NAME] [STEP ...] [options]",
+        help="cancel a study's running steps",
+        description="Cancel a study's running steps (from any shell; the run ends them CANCELLED).",
+    )
+    _add_selection(cancel, "only these steps (default all)")
+    common(cancel, BACKEND)
+    cancel.set_defaults(func=_cmd_cancel)
+
+    logs = commands.add_parser(
+        "logs",
+        help="print a step's log",
+        description="Print a step's log.",
+        usage="k8sjobs logs [STUDY.yaml | --study NAME] STEP [options]",
+    )
+    logs.add_argument(
+        "words",
+        nargs="+",
+        metavar="STEP",
+        help="the step; the study file may come first (or give --study NAME)",
+    )
+    add_study(logs)
+    common(logs, BACKEND)
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing while the step runs"
+    )
+    logs.add_argument(
+        "-c",
+        "--container",
+        default=None,
+        metavar="NAME",
+        help="the container whose log to print (default the step's; k8sjobs-pull or "
+        "k8sjobs-push for the artifact transfers)",
+    )
+    logs.add_argument(
+        "--tail", type=_count, default=None, metavar="N", help="only the last N lines"
+    )
+    logs.set_defaults(func=_cmd_logs)
+
+    rend = commands.add_parser(
+        "render",
+        help="print the Kubernetes YAML of a step or study",
+        description="Print the Kubernetes objects of a study's steps (or one step's file).",
+    )
+    rend.add_argument(
+        "file", type=Path, metavar="FILE", help="a study file, or a file holding one step"
+    )
+    add_study(rend)
+    common(rend, ("namespace",))
+    add_target(rend, volumes=False)
+    rend.set_defaults(func=_cmd_render)
+
+    report = commands.add_parser(
+        "report",
+        help="write a study's timeline as HTML",
+        description="Write the timeline of a study's last run as one HTML file.",
+    )
+    report.add_argument(
+        "name",
+        nargs="?",
+        default=None,
+        metavar="STUDY",
+        help="the study's file, or its name (or give --study NAME)",
+    )
+    add_study(report)
+    common(report, ("state_dir",))
+    report.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="the HTML file (default <study>.html)"
+    )
+    report.set_defaults(func=_cmd_report)
+
+
+def _add_selection(parser: argparse.ArgumentParser, steps_help: str) -> None:
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="STEP",
+        help=f"{steps_help}; the study file may come first (or give --study NAME)",
+    )
+    add_study(parser)
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not a number of cores above 0")
+    return number
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return number
+
+
+def _select(args: argparse.Namespace, command: str) -> str:
+    """Split the positionals into the study file and the steps; return the study's name."""
+    args.study_file, args.steps = split_study_args(args.words)
+    return _study_name(args, command)
+
+
+def _session(args: argparse.Namespace, study: str) -> Session:
+    return Session(
+        study=study,
+        backend=args.backend,
+        namespace=args.namespace,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        store=getattr(args, "registry", None),
+        plain_http=getattr(args, "plain_http", False),
+        **({"handoff_image": args.handoff_image} if hasattr(args, "handoff_image") else {}),
+        log_dir=args.state_dir / "logs",
+        keep_failed=getattr(args, "keep_failed", False),
+        options=_local_options(args) if args.backend == "local" else None,
+    )
+
+
+def _local_options(args: argparse.Namespace) -> dict[str, object]:
+    """Return the LocalBackend's options from the command line."""
+    options: dict[str, object] = {"state_dir": args.state_dir}
+    if getattr(args, "cpu", None) is not None:
+        options["cpu"] = args.cpu
+    if getattr(args, "volume", None):
+        from ..local._volumedirs import parse_volume_map  # the local stack only when it runs
+
+        options["volumes"] = parse_volume_map(",".join(args.volume), "--volume")
+    return options
+
+
+async def _cmd_run(args: argparse.Namespace) -> int:
+    study = load_study(args.study_file, name=args.study)
+    console = Console(soft_wrap=True, highlight=False)
+    names = [s.name for s in study.steps]
+    display = Progress(names, console, live=console.is_terminal and not args.plain)
+    async with _session(args, study.name) as session:
+        run = StudyRun(
+            study,
+            session,
+            max_parallel=args.max_parallel,
+            on_change=lambda record: display.update(record.result),
+            replace=args.replace,
+        )
+        run.record_to(args.state_dir / "runs")
+        try:
+            with display:
+                results = await run.run()
+        finally:
+            path = run.save(args.state_dir / "runs")
+            display.summary([r.result for r in run.records.values()], study.name, path)
+    return 0 if all(r.ok for r in results) else 1
+
+
+async def _attach(args: argparse.Namespace, study: str) -> tuple[Session, list[Any]]:
+    session = _session(args, study)
+    try:
+        await session.start()
+        handles = await session.attach(study)
+    except BaseException:
+        await session.aclose()
+        raise
+    return session, handles
+
+
+async def _cmd_status(args: argparse.Namespace) -> int:
+    study = _select(args, "status")
+    session, handles = await _attach(args, study)
+    try:
+        if args.steps:
+            handles = [h for h in handles if h.name in args.steps]
+        if not handles:
+            print(f'study "{study}": no steps found', file=sys.stderr)
+            return 1
+        _print_status(args.output, study, handles)
+        if args.watch:
+            handles = await _watch(session, args, study, handles)
+        return 0 if all(h.result.ok for h in handles) else 1
+    finally:
+        await session.aclose()
+
+
+def _print_status(output: str, study: str, handles: Sequence[Any]) -> None:
+    if output in ("json", "yaml"):
+        steps = [{**step_record(h.result), "events": _events(h)} for h in handles]
+        _print_document(output, {"study": study, "steps": steps})
+        return
+    _console().print(status_table([h.result for h in handles], wide=output == "wide"))
+    for handle in handles:  # each failed, evicted or deleted pod, and what it cost
+        for event in handle.events:
+            print(f"  {handle.name}: {event.describe()}")
+
+
+def _console() -> Console:
+    """Return the console of a table: a terminal's width, or unbounded (one line a step) when
+    piped, so that scripts can grep it."""
+    console = Console(soft_wrap=True)
+    return console if console.is_terminal else Console(soft_wrap=True, width=100_000)
+
+
+def _events(handle: Any) -> list[str]:
+    return [event.describe() for event in handle.events]
+
+
+def _print_document(output: str, document: dict[str, Any]) -> None:
+    if output == "json":
+        print(json.dumps(document, indent=2), flush=True)
+    else:
+        sys.stdout.write("---\n" + yaml.safe_dump(document, sort_keys=False))
+        sys.stdout.flush()
+
+
+async def _watch(
+    session: Session, args: argparse.Namespace, study: str, handles: Sequence[Any]
+) -> list[Any]:
+    """Print each change (a row, or a document) until every step shown has ended; return
+    the handles, current.
+
+    A Kubernetes handle is kept current by the backend's watch; the local backend's records
+    of another driver's run are files, read again every ``_POLL`` seconds (and new steps of
+    the run join the watch as they are recorded).
+    """
+    changed = asyncio.Event()
+    shown = {h.name: h.result for h in handles}
+    live = {h.name: h for h in handles}
+    poll = args.backend == "local"
+    for handle in handles:
+        handle.add_listener(lambda _h: changed.set())
+    while not all(h.done for h in live.values()):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_POLL if poll else None):
+                await changed.wait()
+        changed.clear()
+        if poll:
+            found = await session.attach(study)
+            live.update({h.name: h for h in found if not args.steps or h.name in args.steps})
+        for handle in live.values():
+            result = handle.result
+            if shown.get(handle.name) == result:
+                continue
+            shown[handle.name] = result
+            if args.output in ("json", "yaml"):
+                _print_document(args.output, {"study": study, "steps": [step_record(result)]})
+            else:
+                table = status_table([result], wide=args.output == "wide")
+                table.show_header = False
+                _console().print(table)
+    return list(live.values())
+
+
+_POLL = 0.5
+
+
+async def _cmd_cancel(args: argparse.Namespace) -> int:
+    study = _select(args, "cancel")
+    session, handles = await _attach(args, study)
+    try:
+        if args.steps:
+            handles = [h for h in handles if h.name in args.steps]
+        live = [h for h in handles if not h.done]
+        await asyncio.gather(*(h.cancel() for h in live))
+        for handle in live:
+            print(f"{handle.name}: cancelled")
+        if not live:
+            print(f'study "{study}": nothing running to cancel')
+        return 0
+    finally:
+        await session.aclose()
+
+
+async def _cmd_logs(args: argparse.Namespace) -> int:
+    study = _select(args, "logs")
+    if len(args.steps) != 1:
+        raise UsageError(
+            "k8sjobs logs: name one step: k8sjobs logs [STUDY.yaml] STEP "
+            f"(got {len(args.steps)}: {' '.join(args.steps) or 'none'})"
+        )
+    step = args.steps[0]
+    session, handles = await _attach(args, study)
+    try:
+        found = [h for h in handles if h.name == step]
+        if not found:
+            names = ", ".join(h.name for h in handles) or "none"
+            print(f'study "{study}" has no step "{step}" (steps: {names})', file=sys.stderr)
+            return 1
+        await _print_log(found[0], args)
+        return 0
+    finally:
+        await session.aclose()
+
+
+async def _print_log(handle: Any, args: argparse.Namespace) -> None:
+    """Write the step's log to stdout, in bounded chunks where the backend can stream it."""
+    chunks = getattr(handle.backend, "log_chunks", None)  # the local backend's log files
+    if chunks is None:
+        if args.follow:
+            async for line in handle.stream_logs(container=args.container):
+                print(line, flush=True)
+        else:
+            sys.stdout.write(await handle.logs(container=args.container, tail=args.tail))
+        return
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    async for chunk in chunks(handle, container=args.container, tail=args.tail, follow=args.follow):
+        out.write(chunk)
+        if args.follow:
+            out.flush()
+    out.flush()
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    text = read_study_text(args.file)  # bounded and UTF-8, as for a run
+    data, _lines = read_yaml(text, str(args.file))
+    if isinstance(data, dict) and "steps" in data:
+        study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
+        steps, name = list(study.steps), study.name
+    elif isinstance(data, dict):
+        steps, name = [Step.model_validate(data)], args.study or "default"
+    else:
+        raise StudyError(f"{args.file}: a step file is a mapping of step fields (name, script)")
+    target = Target(
+        study=name,
+        namespace=args.namespace or "default",
+        store=args.registry,
+        plain_http=args.plain_http,
+        handoff_image=args.handoff_image,
+    )
+    # A multi-node step gets a fresh key pair in its Secret, as when a Session submits it.
+    rendered = (render(step, target, ssh_key=key_for(step)) for step in steps)
+    sys.stdout.write("---\n".join(m.to_yaml() for m in rendered))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ..runrecord import read_run
+    from .report import timeline_html
+
+    args.study_file = None
+    if args.name is not None:
+        path = Path(args.name)
+        if args.name.endswith((".yaml", ".yml")) or path.is_file():
+            args.study_file = path
+        elif args.study is None:
+            args.study = args.name
+    name = _study_name(args, "report")
+    runs = args.state_dir / "runs"
+    run = read_run(runs, name)
+    if run is None:
+        print(f'no recorded run of study "{name}" in {runs}; run it first', file=sys.stderr)
+        return 1
+    output = args.output or Path(f"{name}.html")
+    output.write_text(timeline_html(run))
+    print(f"wrote {output}")
+    return 0
