@@ -7,19 +7,28 @@ the number of steps and a driver that dies leaves the run up to its last change.
 journal. ``read_run`` returns the timeline from either: the journal of a run that did not end
 (the latest line of each step wins), else the compacted JSON (also how records written before
 the journal existed are read).
+
+The driver holds an exclusive ``flock`` on its journal while the run goes (the kernel drops it
+when the process dies, even by ``kill -9``), and names itself (pid, host) in the header, so a
+reader tells a run still going from one whose driver died: ``read_run`` says which in the
+timeline's ``driver`` field. A journal does not overwrite the last complete run's JSON, so
+``read_runs`` returns both, the newest first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from .steps.names import label_value
 
-__all__ = ["RunJournal", "read_run", "record_paths"]
+__all__ = ["RunJournal", "read_run", "read_runs", "record_paths"]
 
 
 def record_paths(directory: Path, study: str) -> tuple[Path, Path]:
@@ -36,7 +45,13 @@ class RunJournal:
         self.path, self.journal = record_paths(directory, study)
         # Line-buffered: each change reaches the file as one write, whole lines only.
         self._file: IO[str] | None = self.journal.open("w", buffering=1)
-        self._write({"study": study, "started": started})
+        # Held while the run goes: a reader that can take it knows the driver is gone. On a
+        # file system without locks, readers cannot tell, and say so.
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._write(
+            {"study": study, "started": started, "pid": os.getpid(), "host": socket.gethostname()}
+        )
 
     def append(self, step: Mapping[str, Any]) -> None:
         """Record one step's latest state (a line; the last line of a step wins)."""
@@ -69,18 +84,31 @@ def read_run(directory: Path, study: str) -> dict[str, Any] | None:
     A journal left by a run that did not compact (still running, or its driver died) is newer
     than any compacted record, so it is read first; a torn last line is skipped.
     """
+    runs = read_runs(directory, study)
+    return runs[0] if runs else None
+
+
+def read_runs(directory: Path, study: str) -> list[dict[str, Any]]:
+    """Return ``study``'s recorded runs, the newest first: a journal's, then the last complete.
+
+    A run read from a journal has a ``driver`` field: its ``pid`` and ``host``, ``alive``
+    (True: still running; False: it died before the run ended; None: cannot tell from this
+    machine) and ``last_change``, when the journal was last written (epoch seconds).
+    """
     path, journal = record_paths(directory, study)
+    runs = []
     if journal.exists():
-        return _replay(journal)
+        runs.append(_replay(journal))
     if path.exists():
-        return dict(json.loads(path.read_text()))
-    return None
+        runs.append(dict(json.loads(path.read_text())))
+    return runs
 
 
 def _replay(journal: Path) -> dict[str, Any]:
     header: dict[str, Any] = {}
     steps: dict[str, dict[str, Any]] = {}  # insertion order: first seen, as the study lists
     with journal.open() as lines:
+        alive = _driver_alive(lines)
         for line in lines:
             try:
                 entry = json.loads(line)
@@ -90,8 +118,28 @@ def _replay(journal: Path) -> dict[str, Any]:
                 steps[entry["step"]["name"]] = entry["step"]
             else:
                 header = entry
+    if header.get("host") not in (None, socket.gethostname()):
+        alive = None  # its lock lives on another machine's kernel
     return {
         "study": header.get("study"),
         "started": header.get("started"),
         "steps": [*steps.values()],
+        "driver": {
+            "pid": header.get("pid"),
+            "host": header.get("host"),
+            "alive": alive,
+            "last_change": journal.stat().st_mtime,
+        },
     }
+
+
+def _driver_alive(journal: IO[str]) -> bool | None:
+    """Return whether a driver still holds ``journal``'s lock (None: locks do not work here)."""
+    try:
+        fcntl.flock(journal, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    fcntl.flock(journal, fcntl.LOCK_UN)
+    return False

@@ -494,15 +494,29 @@ class StepRecord:
     running_at: datetime | None = None
     ended_at: datetime | None = None
     backend: str | None = None
+    requested: Mapping[str, Any] | None = None
+    adopted: bool = False
 
     def observe(self, result: StepResult) -> None:
-        """Take a newer result, noting when it was first seen running and ended."""
+        """Take a newer result, noting when it was first seen running and ended.
+
+        A result that started before this run queued the step is an earlier run's (adopted,
+        finished or still running): it is marked so, and not drawn as a run of this one.
+        """
         now = datetime.now().astimezone()
+        started = result.started_at
+        if self.queued_at is not None and started is not None and not self.adopted:
+            # API stamps are whole seconds, cut down: one of this run's is never before the
+            # second it was queued in.
+            queued = self.queued_at
+            if started.microsecond == 0:
+                queued = queued.replace(microsecond=0)
+            self.adopted = started < queued
         if result.state is StepState.RUNNING and self.running_at is None:
             self.running_at = now
         if result.state.terminal and self.ended_at is None:
             self.ended_at = now
-            if self.running_at is None and result.started_at is not None:
+            if self.running_at is None and result.started_at is not None and not self.adopted:
                 self.running_at = now  # it ran between two observations: a sliver
         self.result = result
 
@@ -529,7 +543,9 @@ class StudyRun:
         self.replace = replace
         self.session = session
         self.records = {
-            s.name: StepRecord(StepResult(name=s.name, reason="Waiting"), backend=None)
+            s.name: StepRecord(
+                StepResult(name=s.name, reason="Waiting"), backend=None, requested=_requested(s)
+            )
             for s in study.steps
         }
         if max_parallel is not None and (isinstance(max_parallel, bool) or max_parallel < 1):
@@ -679,10 +695,30 @@ def _record_json(record: StepRecord) -> dict[str, Any]:
         "message": r.message,
         "exit_code": r.exit_code,
         "backend": record.backend,
+        # This run's spans, as its driver saw them (sub-second): queued, running, ended.
         "queued": stamp(record.queued_at),
-        "started": stamp(record.running_at or r.started_at),
+        "started": None if record.adopted else stamp(record.running_at or r.started_at),
         "finished": stamp(record.ended_at if record.running_at else None),
+        "ended": stamp(record.ended_at),  # also for a step that never ran
+        # An adopted step ran in an earlier run: when, by its backend's stamps.
+        "adopted": (
+            {"started": stamp(r.started_at), "finished": stamp(r.finished_at)}
+            if record.adopted
+            else None
+        ),
+        "requested": dict(record.requested) if record.requested is not None else None,
         "outputs": dict(r.outputs),
+    }
+
+
+def _requested(step: Step) -> dict[str, Any]:
+    """Return what each pod of ``step`` asks for (the run record's ``requested``)."""
+    res = step.resources
+    return {
+        "nodes": res.nodes,
+        "cpu": res.cpu_per_node,
+        "memory": res.memory_bytes,
+        "gpus": res.gpus,
     }
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -13,7 +18,7 @@ from hypothesis import strategies as st
 
 from k8sjobs import Session
 from k8sjobs.local import LocalBackend
-from k8sjobs.runrecord import RunJournal, read_run, record_paths
+from k8sjobs.runrecord import RunJournal, read_run, read_runs, record_paths
 from k8sjobs.study import StepRecord, StudyRun, parse_study
 
 STUDY = """
@@ -91,6 +96,7 @@ def test_a_journal_replays_to_the_last_state_of_each_step(
     for change in changes:
         expected[change["name"]] = change
     run = read_run(directory, "s")
+    assert run is not None and run.pop("driver")["alive"] is False  # closed: the driver is gone
     assert run == {"study": "s", "started": 2.0, "steps": list(expected.values())}
 
 
@@ -110,3 +116,72 @@ def test_each_change_appends_one_line_and_rewrites_nothing(tmp_path: Path) -> No
     assert max(steps) <= len('{"step":{"name":"step-199","state":"RUNNING"}}\n')
     journal.compact({"study": "s", "started": 0.0, "steps": []})
     assert not journal.journal.exists()
+
+
+def test_a_journal_says_whether_its_driver_still_runs(tmp_path: Path) -> None:
+    journal = RunJournal(tmp_path, "s", 1.0)
+    journal.append({"name": "a", "state": "RUNNING"})
+    run = read_run(tmp_path, "s")
+    assert run is not None
+    assert run["driver"] == {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "alive": True,
+        "last_change": journal.journal.stat().st_mtime,
+    }
+    journal.close()
+    assert read_run(tmp_path, "s")["driver"]["alive"] is False  # type: ignore[index]
+
+
+def test_a_driver_killed_by_sigkill_leaves_a_journal_that_says_it_died(tmp_path: Path) -> None:
+    """The lock is the kernel's: a driver killed with no chance to clean up loses it."""
+    code = (
+        "import sys, time; from pathlib import Path; from k8sjobs.runrecord import RunJournal\n"
+        "j = RunJournal(Path(sys.argv[1]), 's', 1.0); j.append({'name': 'a', 'state': 'RUNNING'})\n"
+        "print('ready', flush=True); time.sleep(600)"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert driver.stdout is not None and driver.stdout.readline() == "ready\n"
+    assert read_run(tmp_path, "s")["driver"]["alive"] is True  # type: ignore[index]
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    run = read_run(tmp_path, "s")
+    assert run is not None and run["driver"]["alive"] is False
+    assert run["driver"]["pid"] == driver.pid
+    assert run["steps"] == [{"name": "a", "state": "RUNNING"}]
+
+
+def test_a_journal_comes_before_the_last_complete_run_and_replaces_nothing(
+    tmp_path: Path,
+) -> None:
+    complete = RunJournal(tmp_path, "s", 1.0)
+    complete.compact({"study": "s", "started": 1.0, "steps": [{"name": "a", "state": "OK"}]})
+    broken = RunJournal(tmp_path, "s", 2.0)
+    broken.append({"name": "a", "state": "RUNNING"})
+    broken.close()
+    newest, last_complete = read_runs(tmp_path, "s")
+    assert (newest["started"], newest["driver"]["alive"]) == (2.0, False)
+    assert last_complete == {"study": "s", "started": 1.0, "steps": [{"name": "a", "state": "OK"}]}
+
+
+async def test_a_rerun_marks_adopted_steps_with_their_earlier_run(tmp_path: Path) -> None:
+    """A second run adopts the first's success: its record says so, with the first run's
+    times, and draws no run of its own; a step that runs again is not adopted."""
+    text = "name: again\nsteps:\n  - {name: ok, script: 'true'}\n  - {name: bad, script: exit 3}\n"
+    study = parse_study(text, base_dir=tmp_path)
+    timelines = []
+    for _ in range(2):
+        async with Session(study="again", backend=LocalBackend(state_dir=tmp_path)) as session:
+            run = StudyRun(study, session)
+            await run.run()
+            timelines.append({s["name"]: s for s in run.timeline()["steps"]})
+    first, second = timelines
+    assert first["ok"]["adopted"] is None and first["ok"]["started"] is not None
+    adopted = second["ok"]["adopted"]
+    assert adopted is not None and second["ok"]["started"] is None
+    assert adopted["started"] < second["ok"]["queued"]
+    assert second["ok"]["state"] == "SUCCEEDED"
+    assert second["bad"]["adopted"] is None and second["bad"]["started"] is not None
+    assert second["bad"]["requested"] == {"nodes": 1, "cpu": 1, "memory": None, "gpus": 0}
