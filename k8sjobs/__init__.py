@@ -44,6 +44,7 @@ if _typing.TYPE_CHECKING:
     from .state import StepResult, StepState
     from .steps import Affinity, Resources, SecretKeyRef, Step, StepOutput, Toleration, Volume
     from .study import Study, StudyRun, load_study
+    from .usage import Usage
 
 # Where each public name lives, imported on first use: ``python -m k8sjobs.handoff`` (every
 # pod's handoff containers) imports this package, and must not pay for pydantic and yaml.
@@ -62,6 +63,7 @@ _HOMES = {
     "StudyRun": ".study",
     "Target": ".render",
     "Toleration": ".steps",
+    "Usage": ".usage",
     "Volume": ".steps",
     "default_session": ".session",
     "load_study": ".study",
@@ -125,6 +127,7 @@ __all__ = [
     "Toleration",
     "UnsafeArchive",
     "UploadFailed",
+    "Usage",
     "Volume",
     "default_session",
     "load_study",

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from .durations import span
+from .usage import Usage
 
 __all__ = ["StepResult", "StepState"]
 
@@ -51,7 +52,8 @@ class StepResult:
     ``reason`` is short and machine-readable ("ExitCode", "OOMKilled", "DeadlineExceeded",
     "BackoffLimitExceeded", "ImagePullBackOff", "Unschedulable", "Suspended", ...);
     ``message`` is the sentence to show a person. ``outputs`` maps each output name to its
-    artifact reference (pinned by digest once the push reported it).
+    artifact reference (pinned by digest once the push reported it). ``usage`` is what the
+    main container used (``k8sjobs.usage.Usage``), known once it has ended, else None.
     """
 
     name: str
@@ -64,6 +66,7 @@ class StepResult:
     pods: tuple[str, ...] = ()
     outputs: Mapping[str, str] = field(default_factory=dict)
     log_file: str | None = None
+    usage: Usage | None = None
 
     @property
     def ok(self) -> bool:
@@ -104,4 +107,5 @@ class StepResult:
             took = {StepState.SUCCEEDED: " in ", StepState.RUNNING: " for "}.get(
                 self.state, " after "
             ) + took
-        return f"{self.name}: {self.state}{took}" + (f" ({why})" if why else "")
+        used = f"; {self.usage.describe()}" if self.usage is not None else ""
+        return f"{self.name}: {self.state}{took}" + (f" ({why})" if why else "") + used

@@ -20,6 +20,7 @@ from .render.minicluster import HANDOFF_CONTAINER
 from .render.multinode import is_launched
 from .state import StepResult, StepState
 from .steps.failure import describe_rule, disruption, failed_rule
+from .usage import Usage, parse_usage, split_message
 
 __all__ = [
     "IMAGE_ERRORS",
@@ -91,7 +92,8 @@ def judge(
     status = job.get("status") or {}
     failed = _condition(status, _FAILED_CONDITIONS)
     if failed is not None:
-        return _failed(base, job, failed, sorted([*gone, *ordered], key=_pod_order))
+        every = sorted([*gone, *ordered], key=_pod_order)
+        return _failed(base, job, failed, every).evolve(usage=_usage(every))
     complete = _condition(status, _COMPLETE_CONDITIONS)
     if complete is not None:
         finished = parse_time(status.get("completionTime")) or _transition(complete)
@@ -105,6 +107,7 @@ def judge(
             message=message,
             exit_code=0,
             finished_at=finished,
+            usage=_usage(ordered),
         )
     return _live(base, job, ordered, now=now, grace=pending_grace)
 
@@ -186,6 +189,20 @@ def _main(pod: Obj) -> Obj | None:
         if not str(status.get("name", "")).startswith("k8sjobs-"):
             return status  # type: ignore[no-any-return]
     return None
+
+
+def _usage(pods: list[Obj]) -> Usage | None:
+    """Return what the last ended run of the main container used (None: none has ended).
+
+    For a multi-node step the launcher's (index 0) counts: it runs the script.
+    """
+    ended = [pod for pod in pods if _terminated(_main(pod)) is not None]
+    launchers = [pod for pod in ended if _pod_index(pod) <= 0]
+    chosen = (launchers or ended)[-1:]
+    if not chosen:
+        return None
+    said = str((_terminated(_main(chosen[0])) or {}).get("message") or "")
+    return parse_usage(split_message(said)[1])
 
 
 def _terminated(container: Obj | None) -> Obj | None:
@@ -313,7 +330,7 @@ def pod_failure(pod: Obj) -> tuple[str, str, int | None]:
         pull_code = int(pull["exitCode"])
         return "InputPullFailed", f"pulling the inputs failed with exit code {pull_code}", None
     main = _terminated(_main(pod))
-    said = str((main or {}).get("message") or "").strip()
+    said = split_message(str((main or {}).get("message") or ""))[0]
     for known in _WRAPPER_REASONS:
         if said.startswith(f"{known}: "):
             # A MiniCluster's runner reports its sidecar's failed pull: the script never ran.

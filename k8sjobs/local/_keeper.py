@@ -20,9 +20,11 @@ On its connection a keeper first says ``keeper <pid>``, reads the request (the f
 NUL-separated, to the end of the stream), starts PROGRAM in its own session with stdout and
 stderr to the log, and says ``started <pid>`` or ``error <why>``.
 
-- When PROGRAM exits, it kills every descendant left (SIGKILL), reaps them all, writes the exit
-  code to ``STATE.exit`` and says ``exited <code>`` (``128 + n`` for signal n, as a kubelet
-  reports it). Nothing of the container survives the keeper.
+- When PROGRAM exits, it kills every descendant left (SIGKILL), reaps them all, writes what the
+  tree used to ``STATE.usage`` (``wait4`` rusage of every process it reaped: the program with
+  what the program reaped, and every orphan), the exit code to ``STATE.exit``, and says
+  ``exited <code>`` (``128 + n`` for signal n, as a kubelet reports it). Nothing of the
+  container survives the keeper.
 - SIGTERM: SIGTERM to every descendant, and SIGKILL to those left after GRACE seconds.
   SIGUSR1: SIGKILL to every descendant at once (the runner's memory limit).
 - It does not die with its driver: a driver killed with ``kill -9`` leaves the step running,
@@ -38,6 +40,7 @@ import _socket
 import ctypes
 import os
 import sys
+import time
 
 PR_SET_CHILD_SUBREAPER = 36
 CLOEXEC = _socket.MSG_CMSG_CLOEXEC  # a received connection is never inherited by the program
@@ -165,15 +168,19 @@ def keep(conn: int) -> int:
     except OSError as error:
         say(conn, f"error {error.strerror or error}")
         return 127
+    began = time.monotonic()
     say(conn, f"started {main_pid}")
-    code = wait_for(main_pid)
-    while has_children():  # kill what the program left; as subreaper, orphans come back to us
+    used = Used()
+    code = wait_for(main_pid, used)
+    wall = time.monotonic() - began
+    while has_children(used):  # kill what the program left; as subreaper, orphans come back
         signal_all(signal.SIGKILL)
-        try:  # noqa: SIM105
-            os.waitpid(-1, 0)
+        try:  # noqa: SIM105 (contextlib costs an import)
+            used.add(os.wait4(-1, 0)[2])
         except ChildProcessError:
             pass
     status = code if code >= 0 else 128 - code
+    write_atomically(f"{os.fsdecode(state)}.usage", used.line(wall))
     write_atomically(f"{os.fsdecode(state)}.exit", f"{code}\n")
     say(conn, f"exited {status}")
     return status
@@ -205,19 +212,42 @@ def terminate(grace: float) -> None:
         signal.setitimer(signal.ITIMER_REAL, max(grace, 0.001))
 
 
-def has_children() -> bool:
+class Used:
+    """What the reaped processes used: CPU summed, the largest resident set (rusage)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.max_rss_kib = 0
+
+    def add(self, usage: object) -> None:
+        """Count one reaped process's rusage (its own and what it reaped)."""
+        self.cpu += usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
+        self.max_rss_kib = max(self.max_rss_kib, usage.ru_maxrss)  # type: ignore[attr-defined]
+
+    def line(self, wall: float) -> str:
+        """Return the usage line (k8sjobs.usage.format_usage_line's format, without its import)."""
+        return (
+            f"k8sjobs-usage v1 src=rusage wall_ms={round(wall * 1000)} "
+            f"cpu_us={round(self.cpu * 1e6)} mem_peak={self.max_rss_kib * 1024}\n"
+        )
+
+
+def has_children(used: Used) -> bool:
     """Return whether any child is left, reaping one that has ended (no /proc scan needed)."""
     try:
-        os.waitpid(-1, os.WNOHANG)
+        pid, _, usage = os.wait4(-1, os.WNOHANG)
     except ChildProcessError:
         return False
+    if pid:
+        used.add(usage)
     return True
 
 
-def wait_for(main_pid: int) -> int:
+def wait_for(main_pid: int, used: Used) -> int:
     """Reap children until the program itself exits; returns its exit code (-n: signal n)."""
     while True:
-        pid, status = os.waitpid(-1, 0)
+        pid, status, usage = os.wait4(-1, 0)
+        used.add(usage)
         if pid == main_pid:
             return os.waitstatus_to_exitcode(status)
 

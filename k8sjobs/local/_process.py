@@ -158,6 +158,7 @@ class Supervisor:
         self.kill_grace = kill_grace
         self.memory = memory
         self.oom_killed = False
+        self.resident_peak = 0  # the tree's summed resident bytes, highest sampled (with a limit)
 
     async def wait(self) -> None:
         """Return once the process has ended and nothing is left of its session."""
@@ -187,7 +188,9 @@ class Supervisor:
         waiting = asyncio.ensure_future(self.process.wait())
         try:
             while not (await asyncio.wait({waiting}, timeout=_MEMORY_POLL_SECONDS))[0]:
-                if await self.memory.resident(self.pid) > self.memory_limit:
+                resident = await self.memory.resident(self.pid)
+                self.resident_peak = max(self.resident_peak, resident)
+                if resident > self.memory_limit:
                     self.oom_killed = True
                     _signal(self.process.pid, signal.SIGUSR1)  # the keeper kills the tree
                     await waiting

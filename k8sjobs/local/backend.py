@@ -50,6 +50,7 @@ from ..steps.failure import rule_action
 from ..steps.names import label_value
 from ..steps.quantity import parse_bytes, parse_cores
 from ..steps.scheduling import ignored as ignored_scheduling
+from ..usage import Usage
 from ._adopt import Orphan, ended_status, find_orphans
 from ._faults import kill_point
 from ._handoff import InProcessHandoff, handoff_mode
@@ -875,6 +876,7 @@ def _result_json(result: StepResult) -> dict[str, Any]:
         "pods": list(result.pods),
         "outputs": dict(result.outputs),
         "log_file": result.log_file,
+        "usage": None if result.usage is None else result.usage.to_json(),
     }
 
 
@@ -893,6 +895,7 @@ def _result_from_json(data: Mapping[str, Any]) -> StepResult:
         pods=tuple(data["pods"]),
         outputs=dict(data["outputs"]),
         log_file=data["log_file"],
+        usage=Usage.from_json(data["usage"]) if data.get("usage") else None,
     )
 
 

@@ -51,6 +51,7 @@ from ._process import (
     spawn,
 )
 from ._sources import ConfigError, ConfigMapSource, SecretSource, Sources
+from ._usage import USAGE_MODE, measured_message
 from ._volumedirs import VolumeDirs
 from ._volumes import (
     PathMap,
@@ -239,6 +240,7 @@ class _PodRun:
             **{name: paths.translate(value) for name, value in declared.items()},
             **self.agent_env,
             **self.extra_env,
+            USAGE_MODE: "keeper",  # the wrapper leaves the cgroup alone: the keeper measures
         }
         if self.agent_env:  # the role wrapper's termination message (multinode.py)
             env[TERMINATION_LOG] = str(self._termination_log(container["name"]))
@@ -313,6 +315,9 @@ class _PodRun:
         finally:
             exit_code, reason = supervisor.outcome()
             message = termination_message(self._termination_log(name))
+            if not name.startswith("k8sjobs-"):  # the step's own containers, not the handoff's
+                state = self.sandbox / "run" / name
+                message = measured_message(message, state, supervisor.resident_peak, launch.env)
             self.status.terminated(name, exit_code, reason, message, started, pid)
             self.status.report()
         return exit_code

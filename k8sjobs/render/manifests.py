@@ -42,7 +42,7 @@ from ..steps.spec import (
 )
 from ..steps.volumes import Volume, pod_volumes, shm_volume, volume_mounts
 from . import minicluster, multinode
-from ._shell import RUN_CHILD, leave_exit_code
+from ._shell import LEAVE_USAGE, MARK_START, RUN_CHILD, leave_exit_code
 from .multinode import SshKey
 from .podsecurity import check_restricted
 
@@ -81,12 +81,24 @@ HANDOFF_CONFIG = f"{ENTRYPOINT_DIR}/handoff.json"
 HANDOFF_UID = 65532
 HANDOFF_TMP = "handoff-tmp"
 
-# Runs the user's interpreter as a child and records its exit code for the push container.
+# Runs the user's interpreter as a child, leaves what it used in the termination message
+# and, for a step with outputs, its exit code for the push container.
 RUN_WRAPPER = (
     "#!/bin/sh\n"
-    "# k8sjobs: run the step, then leave its exit code for the output-push container.\n"
+    "# k8sjobs: run the step, then leave what it used and its exit code for the output push.\n"
+    + MARK_START
     + RUN_CHILD
+    + LEAVE_USAGE
     + leave_exit_code("$K8SJOBS_STATUS_DIR")
+)
+#: The wrapper of a step without outputs: no push container waits for its exit code.
+MEASURE_WRAPPER = (
+    "#!/bin/sh\n"
+    "# k8sjobs: run the step, then leave what it used in the termination message.\n"
+    + MARK_START
+    + RUN_CHILD
+    + LEAVE_USAGE
+    + 'exit "$rc"\n'
 )
 
 
@@ -303,10 +315,11 @@ def _configmap(
 ) -> dict[str, Any]:
     name, namespace = str(meta["name"]), str(meta["namespace"])
     data = {"entrypoint": expand_launcher(step, name, namespace)}
-    if step.target == "minicluster" and (inputs or outputs):
-        data[minicluster.RUN_KEY] = minicluster.RUN_WRAPPER
-    elif outputs:
-        data["run"] = RUN_WRAPPER
+    if step.target == "minicluster":
+        if inputs or outputs:
+            data[minicluster.RUN_KEY] = minicluster.RUN_WRAPPER
+    else:
+        data["run"] = RUN_WRAPPER if outputs else MEASURE_WRAPPER
     if step.launch_mode == "ssh":
         data.update(multinode.config_data(step, name, namespace))
     if inputs or outputs:
@@ -464,7 +477,7 @@ def _main_container(
     name, namespace = str(meta["name"]), str(meta["namespace"])
     entrypoint = f"{ENTRYPOINT_DIR}/entrypoint"
     argv = [*step.argv, entrypoint]
-    command = ["/bin/sh", f"{ENTRYPOINT_DIR}/run", *argv] if outputs else argv
+    command = ["/bin/sh", f"{ENTRYPOINT_DIR}/run", *argv]
     mounts = [
         {"name": "entrypoint", "mountPath": ENTRYPOINT_DIR, "readOnly": True},
         {"name": "work", "mountPath": step.workdir},
@@ -529,9 +542,10 @@ def _handoff_container(
 
 
 def _volumes(step: Step, target: Target, name: str, outputs: bool) -> list[dict[str, Any]]:
-    items = [{"key": "entrypoint", "path": "entrypoint", "mode": 0o555}]
-    if outputs:
-        items.append({"key": "run", "path": "run", "mode": 0o555})
+    items = [
+        {"key": "entrypoint", "path": "entrypoint", "mode": 0o555},
+        {"key": "run", "path": "run", "mode": 0o555},
+    ]
     if step.inputs or step.outputs:
         items.append({"key": "handoff.json", "path": "handoff.json", "mode": 0o444})
     launched = step.launch_mode == "ssh"

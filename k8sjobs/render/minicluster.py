@@ -63,7 +63,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from ..steps.spec import SecretKeyRef, Step
-from ._shell import RUN_CHILD, leave_exit_code
+from ._shell import LEAVE_USAGE, MARK_START, RUN_CHILD, leave_exit_code
 
 __all__ = ["API_VERSION", "HANDOFF_CONTAINER", "KIND", "LAUNCHER", "PLURAL", "minicluster"]
 
@@ -120,7 +120,9 @@ if [ ! -e "$K8SJOBS_INPUTS" ]; then
   mkdir -p "$(dirname "$K8SJOBS_INPUTS")" && ln -s "$shared/inputs" "$K8SJOBS_INPUTS"
 fi
 """
+        + MARK_START
         + RUN_CHILD
+        + LEAVE_USAGE
         + """\
 for named in "$status"/paths/*; do
   [ -f "$named" ] || continue

@@ -314,6 +314,7 @@ async def test_env_comes_from_refs_and_fields_and_nothing_of_the_driver(
         "NS": "demo",
         "WHO": "step-0-abcde-2 $(POD) $(UNDEFINED)",
         "EXTRA": "1",
+        "K8SJOBS_USAGE": "keeper",  # the wrapper leaves the machine's cgroup alone
     }
 
 
@@ -541,7 +542,9 @@ async def test_status_moves_through_the_kubelets_shapes(cluster: Cluster) -> Non
     assert (main["ready"], main["started"], main["restartCount"]) == (False, False, 0)
     assert main["containerID"].startswith("local://")
     terminated = main["state"]["terminated"]
-    assert set(terminated) == {"exitCode", "reason", "startedAt", "finishedAt", "containerID"}
+    keys = {"exitCode", "reason", "startedAt", "finishedAt", "containerID", "message"}
+    assert set(terminated) == keys
+    assert terminated["message"].startswith("k8sjobs-usage v1 src=rusage wall_ms=")
     assert TIMESTAMP.match(terminated["startedAt"]) and TIMESTAMP.match(final["startTime"])
     assert final["initContainerStatuses"][0]["ready"] is True
     assert (final["hostIP"], final["podIP"]) == ("127.0.0.1", "127.0.0.1")

@@ -121,7 +121,12 @@ def test_workers_and_wait_reach_the_role_wrapper() -> None:
     assert env["K8SJOBS_WORKER_WAIT"] == "90"
     main = _main(m)
     assert main["command"][:2] == ["/bin/sh", "/k8sjobs/entrypoint/launch"]
-    assert main["command"][2:] == ["/bin/bash", "/k8sjobs/entrypoint/entrypoint"]
+    assert main["command"][2:] == [
+        "/bin/sh",
+        "/k8sjobs/entrypoint/run",
+        "/bin/bash",
+        "/k8sjobs/entrypoint/entrypoint",
+    ]
     assert m.configmap["data"]["launch"] == multinode.ROLE_WRAPPER
     probe = main["readinessProbe"]["exec"]["command"]
     assert probe[-1] == '[ "${JOB_COMPLETION_INDEX:-0}" = 0 ] || [ -s /k8sjobs/sshd/sshd.pid ]'
@@ -206,7 +211,7 @@ def test_launch_none_runs_the_script_on_every_index_as_before() -> None:
     m = render(_step(launch="none"))
     spec = m.job["spec"]
     assert "successPolicy" not in spec and spec["backoffLimit"] == 0
-    assert _main(m)["command"] == ["/bin/bash", "/k8sjobs/entrypoint/entrypoint"]
+    assert _main(m)["command"][2:] == ["/bin/bash", "/k8sjobs/entrypoint/entrypoint"]
     assert m.secret is None and "hostfile" not in m.configmap["data"]
     assert m.configmap["data"]["entrypoint"].startswith(
         f"mpirun -np 12 --host {m.name}-0.{m.name}:4,"

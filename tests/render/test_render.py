@@ -33,6 +33,7 @@ from k8sjobs.render.manifests import (
     LABEL_HASH,
     LABEL_STEP,
     LABEL_STUDY,
+    MEASURE_WRAPPER,
     Manifests,
     Target,
     expand_launcher,
@@ -315,12 +316,16 @@ def test_configmap_is_mounted_read_only_and_run_by_the_shell(shell: str) -> None
     volume = next(v for v in pod["volumes"] if v["name"] == "entrypoint")
     assert volume["configMap"]["name"] == m.configmap["metadata"]["name"] == m.name
     assert volume["configMap"]["defaultMode"] == 0o555
-    assert {i["key"]: i["mode"] for i in volume["configMap"]["items"]} == {"entrypoint": 0o555}
+    items = {i["key"]: i["mode"] for i in volume["configMap"]["items"]}
+    assert items == {"entrypoint": 0o555, "run": 0o555}
     main = pod["containers"][0]
     mount = next(v for v in main["volumeMounts"] if v["name"] == "entrypoint")
     assert mount == {"name": "entrypoint", "mountPath": "/k8sjobs/entrypoint", "readOnly": True}
-    assert main["command"] == [*step.argv, "/k8sjobs/entrypoint/entrypoint"]
+    # The measuring wrapper runs the shell (it leaves the usage line in the termination log).
+    wrapper = ["/bin/sh", "/k8sjobs/entrypoint/run"]
+    assert main["command"] == [*wrapper, *step.argv, "/k8sjobs/entrypoint/entrypoint"]
     assert m.configmap["data"]["entrypoint"] == "print(1)"
+    assert m.configmap["data"]["run"] == MEASURE_WRAPPER
 
 
 def test_outputs_wrap_the_shell_and_keep_its_argv() -> None:

@@ -1,0 +1,210 @@
+"""What a step used: wall time, CPU seconds, peak memory, GPUs (pure values, no I/O).
+
+A step's usage travels as one line of its main container's *termination message*, on both
+backends, so one judgement (``status.judge``) reads it from the pod status the watch already
+holds, with no request of its own::
+
+    k8sjobs-usage v1 src=cgroup2 wall_ms=61250 cpu_us=59870211 mem_peak=1288490188
+
+On Kubernetes the main container's wrapper (``render/_shell.py``) writes it at exit from its
+own cgroup (v2 ``cpu.stat`` and ``memory.peak``, v1 ``cpuacct.usage`` and
+``memory.max_usage_in_bytes``); locally the keeper measures the process tree (``wait4``
+rusage) and the pod runner writes the line in its place. A figure the source could not give
+is left out of the line; ``parse_usage`` then says why in ``Usage.missing``. Other lines of
+the message (a wrapper's "Reason: sentence") are the container's own: ``split_message``
+separates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "USAGE_TAG",
+    "Usage",
+    "format_bytes",
+    "format_usage_line",
+    "parse_usage",
+    "split_message",
+]
+
+#: The first two words of a usage line; a new format gets a new version word.
+USAGE_TAG = "k8sjobs-usage v1"
+
+FIGURES = ("wall_seconds", "cpu_seconds", "memory_peak", "gpu_seconds", "gpu_memory_peak")
+
+# Why a figure is missing, by the source that left it out.
+_NO_CGROUP = "the container's cgroup could not be read (no /sys/fs/cgroup in the container)"
+_WHY_MISSING = {
+    "cgroup2": {
+        "memory_peak": "memory.peak is not in the container's cgroup (Linux before 5.19)",
+        "cpu_seconds": "cpu.stat could not be read in the container's cgroup",
+    },
+    "cgroup1": {
+        "memory_peak": "memory.max_usage_in_bytes could not be read (no memory controller)",
+        "cpu_seconds": "cpuacct.usage could not be read (no cpuacct controller)",
+    },
+    "none": {"memory_peak": _NO_CGROUP, "cpu_seconds": _NO_CGROUP},
+    "rusage": {
+        "memory_peak": "the process tree's peak was not recorded",
+        "cpu_seconds": "the process tree's CPU time was not recorded",
+    },
+}
+NO_LINE = (
+    "the main container left no usage line: it ran without k8sjobs' wrapper (an older "
+    "k8sjobs, or an adopted Job), or it was killed before it could write one"
+)
+_NO_GPU = "the step asked for no GPU"
+_GPU_UNMEASURED = "GPU time and memory are not sampled yet (only which devices the step had)"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a step's main container used, as measured where it ran (None: unknown).
+
+    ``wall_seconds``: the script's life, from the wrapper's (or keeper's) start to its exit.
+    ``cpu_seconds``: user + system CPU of the container's processes (cgroup) or of the
+    script's process tree (locally). ``memory_peak``: bytes; the container cgroup's peak
+    (page cache included) on Kubernetes, the largest resident set of the tree locally (or
+    the summed tree's, sampled, when the step has a memory limit). ``gpu_seconds`` and
+    ``gpu_memory_peak`` are not sampled yet. ``devices``: the GPUs the step had (local
+    device indexes, or the ``NVIDIA_VISIBLE_DEVICES`` a device plugin gave). ``source``
+    says where the figures come from ("cgroup2", "cgroup1", "rusage", "none", ""),
+    ``missing`` why each None figure is None.
+    """
+
+    wall_seconds: float | None = None
+    cpu_seconds: float | None = None
+    memory_peak: int | None = None
+    gpu_seconds: float | None = None
+    gpu_memory_peak: int | None = None
+    devices: tuple[str, ...] = ()
+    source: str = ""
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """Return the usage as plain JSON values (the run record's ``usage`` field)."""
+        return {
+            "wall_seconds": self.wall_seconds,
+            "cpu_seconds": self.cpu_seconds,
+            "memory_peak": self.memory_peak,
+            "gpu_seconds": self.gpu_seconds,
+            "gpu_memory_peak": self.gpu_memory_peak,
+            "devices": list(self.devices),
+            "source": self.source,
+            "missing": dict(self.missing),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Usage:
+        """Return the Usage ``to_json`` gave (a run record's or a local step's record)."""
+        return cls(
+            wall_seconds=data.get("wall_seconds"),
+            cpu_seconds=data.get("cpu_seconds"),
+            memory_peak=data.get("memory_peak"),
+            gpu_seconds=data.get("gpu_seconds"),
+            gpu_memory_peak=data.get("gpu_memory_peak"),
+            devices=tuple(data.get("devices") or ()),
+            source=str(data.get("source") or ""),
+            missing=dict(data.get("missing") or {}),
+        )
+
+    def describe(self) -> str:
+        """Return the figures a person reads, e.g. "cpu 59.9s, mem 1.2Gi peak, wall 61.2s"."""
+        parts = []
+        if self.cpu_seconds is not None:
+            parts.append(f"cpu {self.cpu_seconds:.1f}s")
+        if self.memory_peak is not None:
+            parts.append(f"mem {format_bytes(self.memory_peak)} peak")
+        if self.wall_seconds is not None:
+            parts.append(f"wall {self.wall_seconds:.1f}s")
+        if self.devices:
+            parts.append(f"gpus {','.join(self.devices)}")
+        return ", ".join(parts) if parts else "usage unknown"
+
+
+def format_bytes(count: float) -> str:
+    """Return a byte count in the binary units Kubernetes quantities use ("1.2Gi", "512Mi")."""
+    for unit in ("", "Ki", "Mi", "Gi", "Ti"):
+        if abs(count) < 1024 or unit == "Ti":
+            return f"{count:.0f}{unit}" if unit == "" or count >= 100 else f"{count:.1f}{unit}"
+        count /= 1024
+    return f"{count:.1f}Pi"  # pragma: no cover (the loop returns at Ti)
+
+
+def format_usage_line(
+    source: str,
+    *,
+    wall_seconds: float | None = None,
+    cpu_seconds: float | None = None,
+    memory_peak: int | None = None,
+    devices: tuple[str, ...] = (),
+    gpus_requested: int = 0,
+) -> str:
+    """Return the usage line for these figures (the keeper and the wrapper write the same)."""
+    words = [USAGE_TAG, f"src={source}"]
+    if wall_seconds is not None:
+        words.append(f"wall_ms={round(wall_seconds * 1000)}")
+    if cpu_seconds is not None:
+        words.append(f"cpu_us={round(cpu_seconds * 1_000_000)}")
+    if memory_peak is not None:
+        words.append(f"mem_peak={memory_peak}")
+    if devices:
+        words.append(f"gpus={','.join(devices)}")
+    if gpus_requested:
+        words.append(f"gpu_req={gpus_requested}")
+    return " ".join(words)
+
+
+def split_message(message: str) -> tuple[str, str | None]:
+    """Return a termination message without its usage line, and the usage line (or None)."""
+    kept, found = [], None
+    for line in message.splitlines():
+        if line.startswith(USAGE_TAG + " ") or line == USAGE_TAG:
+            found = line
+        else:
+            kept.append(line)
+    return "\n".join(kept).strip(), found
+
+
+def parse_usage(line: str | None) -> Usage:
+    """Return the Usage a usage line gives (None: no line), saying why each figure is missing.
+
+    ``gpu_req`` in the line is how many GPUs the step asked for: without any, GPU figures
+    are missing because there is nothing to measure. Unknown words are ignored (a newer
+    writer may add figures); a value that is not a number leaves its figure missing.
+    """
+    words: dict[str, str] = {}
+    if line is not None:
+        for word in line.removeprefix(USAGE_TAG).split():
+            key, _, value = word.partition("=")
+            words[key] = value
+    source = words.get("src", "")
+    why = _WHY_MISSING.get(source, {})
+    wall = _number(words.get("wall_ms"), 1e-3)
+    cpu = _number(words.get("cpu_us"), 1e-6)
+    peak = _number(words.get("mem_peak"), 1)
+    devices = tuple(d for d in words.get("gpus", "").split(",") if d)
+    missing: dict[str, str] = {}
+    for name, figure in (("wall_seconds", wall), ("cpu_seconds", cpu), ("memory_peak", peak)):
+        if figure is None:
+            missing[name] = NO_LINE if line is None else why.get(name, f"{name} was not given")
+    for name in ("gpu_seconds", "gpu_memory_peak"):
+        asked = words.get("gpu_req", "0") not in ("", "0")
+        missing[name] = _GPU_UNMEASURED if asked or devices else _NO_GPU
+    return Usage(
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        memory_peak=None if peak is None else int(peak),
+        devices=devices,
+        source=source,
+        missing=missing,
+    )
+
+
+def _number(text: str | None, scale: float) -> float | None:
+    if text is None or not text.isdigit():
+        return None
+    return int(text) * scale
