@@ -56,3 +56,17 @@ async def test_a_failed_step_has_its_usage_too(tmp_path: Path) -> None:
         result = await (await s.submit(step)).wait(60)
     assert result.exit_code == 3
     assert result.usage is not None and (result.usage.memory_peak or 0) >= 200 * MIB
+
+
+def test_the_usage_page_example_runs(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    page = Path(__file__).parents[2] / "docs" / "usage.md"
+    (code,) = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.DOTALL | re.MULTILINE)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "grow: SUCCEEDED" in done.stdout and "Mi peak" in done.stdout, done.stdout
