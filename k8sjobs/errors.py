@@ -12,6 +12,8 @@
     │   ├── Invalid           422, with the causes
     │   ├── Gone              410, a watch or list resourceVersion too old
     │   └── ServerUnavailable 429/5xx or no connection, after the retries ran out
+    ├── ClusterUnreachable    the API server cannot be used: not reached, TLS, 401/403 at
+    │                         start, or lost for longer than ``outage_timeout``
     ├── StudyError            a study file or DAG that cannot run (cycle, unknown step)
     └── RegistryError         storing or fetching an artifact failed
         ├── InvalidReference      a reference or store location that cannot be parsed
@@ -42,6 +44,7 @@ __all__ = [
     "ApiError",
     "ArtifactNotFound",
     "AuthenticationError",
+    "ClusterUnreachable",
     "Conflict",
     "DigestMismatch",
     "Forbidden",
@@ -169,7 +172,26 @@ class Gone(ApiError):
 
 
 class ServerUnavailable(ApiError):
-    """The server stayed unreachable or overloaded (429/5xx) after every allowed retry."""
+    """The server stayed unreachable or overloaded (429/5xx) after every allowed retry.
+
+    ``last_error`` is the last attempt's connection error, when no attempt got an answer.
+    """
+
+    last_error: BaseException | None = None
+
+
+class ClusterUnreachable(K8sJobsError):
+    """The Kubernetes API server cannot be used: the one line names it, the cause, the fix.
+
+    Raised by a session's start (nothing listens, no answer, TLS fails, 401, 403), and by
+    ``wait()``, ``submit`` and the like once the server was lost for longer than the
+    backend's ``outage_timeout``: the steps are not failed by that, they keep running on
+    the cluster, and a later ``attach`` finds them. ``server`` is the address.
+    """
+
+    def __init__(self, message: str, *, server: str = "") -> None:
+        super().__init__(message)
+        self.server = server
 
 
 class RegistryError(K8sJobsError):

@@ -74,6 +74,7 @@ class StepHandle:
         self._done: asyncio.Event | None = None
         self._listeners: list[Callable[[StepHandle], None]] = []
         self._events = EventLog()
+        self._abandoned: BaseException | None = None
 
     @property
     def result(self) -> StepResult:
@@ -109,11 +110,13 @@ class StepHandle:
         Raises ``TimeoutError`` after ``timeout`` seconds (the step keeps running), and
         ``StepFailed`` if ``check`` is true and the step did not succeed.
         """
-        if not self.done:
+        if not self.done and self._abandoned is None:
             if self._done is None:
                 self._done = asyncio.Event()
             async with asyncio.timeout(timeout):
                 await self._done.wait()
+        if not self.done and self._abandoned is not None:
+            raise self._abandoned
         if check and not self._result.ok:
             raise StepFailed(self._result.describe(), self._result)
         return self._result
@@ -147,6 +150,19 @@ class StepHandle:
         """Stop calling ``listener`` (no error if it was not added)."""
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    def abandon(self, error: BaseException) -> None:
+        """Stop waiting for the step (a backend's call): ``wait()`` raises ``error``.
+
+        For a backend that can no longer follow the step (its API server was lost for longer
+        than it may wait): the state stays the last one known, since the step itself was
+        neither failed nor lost, and a later ``report`` still takes news.
+        """
+        if self.done:
+            return
+        self._abandoned = error
+        if self._done is not None:
+            self._done.set()
 
     def report(self, result: StepResult) -> bool:
         """Take a newer snapshot of the step; return whether anything changed.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _gcpace
 from .backend import Backend
-from .errors import SessionClosed, StepFailed, StudyError
+from .errors import ClusterUnreachable, SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
 from .render.manifests import HANDOFF_IMAGE, Manifests, Target, placement, render
 from .render.multinode import SshKey
@@ -145,7 +145,8 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None:
+        if exc_type is not None and not issubclass(exc_type, ClusterUnreachable):
+            # (An unreachable server cannot be asked to stop them; they keep running.)
             await asyncio.shield(self.cancel_all())
         await self.aclose()
 
@@ -395,6 +396,8 @@ class Session:
         """Submit, reporting a refusal on the handle (nobody awaits a deferred submission)."""
         try:
             await self._backend_of(handle).submit(handle, manifests, replace=replace)
+        except ClusterUnreachable as exc:  # not the step's failure: it was never refused
+            handle.abandon(exc)
         except Exception as exc:
             handle.report(
                 handle.result.evolve(

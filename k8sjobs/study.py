@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from ._boundedyaml import YamlLimitError, load_bounded
 from ._textfile import TextFileError, read_text_file
-from .errors import StudyBusy, StudyError
+from .errors import ClusterUnreachable, StudyBusy, StudyError
 from .handle import StepHandle
 from .runrecord import RunJournal
 from .session import Session, dependency_failure
@@ -575,11 +575,12 @@ class StudyRun:
         tasks = [asyncio.create_task(self._run_step(s)) for s in self.study.steps]
         try:
             await asyncio.gather(*tasks)
-        except BaseException:
+        except BaseException as exc:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.shield(self._cancel_all())
+            if not isinstance(exc, ClusterUnreachable):  # then nothing can stop them
+                await asyncio.shield(self._cancel_all())
             raise
         return [self.records[s.name].result for s in self.study.steps]
 
@@ -620,8 +621,8 @@ class StudyRun:
                 backend=backend,  # type: ignore[arg-type]
                 replace=self.replace,
             )
-        except StudyBusy:
-            raise  # not this step's fault: the whole run cannot start
+        except (StudyBusy, ClusterUnreachable):
+            raise  # not this step's fault: the whole run cannot start or go on
         except Exception as exc:
             self._set(step.name, state=StepState.FAILED, reason="SubmitFailed", message=str(exc))
             return

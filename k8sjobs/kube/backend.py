@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..artifacts.handoff import read_push_report
-from ..errors import ApiError, NotFound
+from ..errors import ApiError, ClusterUnreachable, NotFound, ServerUnavailable
 from ..events import pod_event
 from ..handle import StepHandle
 from ..render.manifests import (
@@ -48,9 +48,10 @@ from .client import (
     Kind,
     KubeClient,
 )
-from .config import ClusterConfig, load_config
+from .config import ClusterConfig, kubeconfig_path, load_config
 from .create import create_step, top_kind
 from .logkeep import LogKeeper, file_name
+from .reach import ApiHealth, probe
 from .watch import Change, Informer, WatchStats
 
 __all__ = ["KubernetesBackend"]
@@ -374,7 +375,40 @@ class KubernetesBackend:
             return
         if self._config is None:
             self._config = await load_config(self._kubeconfig, self._context)
-        self._client = KubeClient(self._config, self._options)
+        client = KubeClient(self._config, self._options)
+        try:
+            namespace = self.namespace or "default"
+            await probe(
+                lambda: client.list_page(JOBS, namespace, "", {"limit": "1"}, retries=0),
+                client.config.host,
+                timeout=self._options.connect_timeout,
+                where=self._where(),
+            )
+        except BaseException:
+            await client.aclose()
+            raise
+        client.health.armed = True
+        client.health.on_give_up = self._give_up
+        self._client = client
+
+    def _where(self) -> str:
+        """Return where the server's address came from, for error messages."""
+        path = kubeconfig_path(self._kubeconfig)
+        if path is None:
+            return "in-cluster configuration" if self._config and not self._kubeconfig else ""
+        context = f", context {self._context}" if self._context else ""
+        return f"kubeconfig {path}{context}"
+
+    @property
+    def health(self) -> ApiHealth | None:
+        """Return whether the API server answers (None before ``start``): see ``kube.reach``."""
+        return None if self._client is None else self._client.health
+
+    def _give_up(self, error: ClusterUnreachable) -> None:
+        """The server was lost too long: every waiting handle's ``wait`` raises ``error``."""
+        for watch in self._watches.values():
+            for handle in watch.handles.values():
+                handle.abandon(error)
 
     async def aclose(self) -> None:
         """Stop every watch and close connections; the Jobs keep running."""
@@ -400,14 +434,24 @@ class KubernetesBackend:
         if replace:
             # The old Job's deletion is ours: it must not read as a LOST step.
             self._replacing.add(key)
+        health = self.client.health
         try:
-            await create_step(
-                self.client,
-                manifests,
-                current=watch.jobs.cache.objects.get(name),
-                replace=replace,
-                gone=lambda: self._wait_gone(watch, name),
-            )
+            while True:
+                try:
+                    await create_step(
+                        self.client,
+                        manifests,
+                        current=watch.jobs.cache.objects.get(name),
+                        replace=replace,
+                        gone=lambda: self._wait_gone(watch, name),
+                    )
+                    break
+                except ServerUnavailable as exc:
+                    if exc.status != 0 or health.reachable:
+                        raise  # an answer (overloaded, 5xx): the server spoke
+                    # Lost on the way: wait for it (bounded by outage_timeout) and send
+                    # again; every write of create_step is safe to send twice.
+                    await health.wait_reachable()
         finally:
             self._replacing.discard(key)
         watch.track(handle)

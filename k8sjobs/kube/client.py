@@ -25,6 +25,7 @@ import aiohttp
 from .._resend import without_silent_resend
 from ..errors import ApiError, ServerUnavailable, api_error
 from .config import ClusterConfig
+from .reach import ApiHealth
 
 __all__ = [
     "CONFIGMAPS",
@@ -83,7 +84,10 @@ class ClientOptions:
     that long is taken for dead and relisted (a real server bookmarks an idle watch about
     once a minute, so keep it well above 60); ``retries``: attempts after the first, for
     requests safe to repeat; ``backoff``/``max_backoff``: the base and cap of the
-    exponential backoff, in seconds.
+    exponential backoff, in seconds. ``connect_timeout``: seconds a session's start may take
+    to reach the API server before it fails with one line saying why (``reach.probe``);
+    ``outage_timeout``: seconds a started session keeps retrying a server that stopped
+    answering before it stops waiting (None: forever; the steps are never failed by it).
     """
 
     qps: float = 200.0
@@ -94,6 +98,8 @@ class ClientOptions:
     retries: int = 8
     backoff: float = 0.1
     max_backoff: float = 10.0
+    connect_timeout: float = 10.0
+    outage_timeout: float | None = 900.0
 
 
 class _TokenBucket:
@@ -127,6 +133,7 @@ class KubeClient:
         self._writes = asyncio.Semaphore(self.options.max_writes)
         self._session: aiohttp.ClientSession | None = None
         self._reloaded = False
+        self.health = ApiHealth(config.host, self.options.outage_timeout)
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -180,10 +187,28 @@ class KubeClient:
 
     async def list(self, kind: Kind, namespace: str, selector: str = "", **params: str) -> Any:
         """Return a List of the objects matching ``selector`` (one page per call)."""
+        return await self.list_page(kind, namespace, selector, params)
+
+    async def list_page(
+        self,
+        kind: Kind,
+        namespace: str,
+        selector: str,
+        params: Mapping[str, str],
+        *,
+        retries: int | None = None,
+    ) -> Any:
+        """Return one page of a List (``list``, with ``retries`` overriding the client's)."""
         query = {"labelSelector": selector, **params} if selector else dict(params)
         what = f'list {kind.plural} in namespace "{namespace}"'
         return await self.request(
-            "GET", kind.path(namespace), params=query, what=what, kind=kind, verb="list"
+            "GET",
+            kind.path(namespace),
+            params=query,
+            what=what,
+            kind=kind,
+            verb="list",
+            retries=retries,
         )
 
     async def list_all(
@@ -331,11 +356,13 @@ class KubeClient:
         content_type: str = "application/json",
         raw: bool = False,
         answer: bool = True,
+        retries: int | None = None,
     ) -> Any:
         """Send one request (with retries) and return its JSON body, or text when ``raw``.
 
         With ``answer=False`` the body is read but not decoded and None is returned: on the
         submit path, decoding the server's echo of every ConfigMap costs more than sending it.
+        ``retries`` overrides the client's (0: one attempt).
         """
         response = await self._send(
             method,
@@ -346,6 +373,7 @@ class KubeClient:
             params=params,
             body=body,
             content_type=content_type,
+            retries=retries,
         )
         async with response:
             data = await response.read()
@@ -367,28 +395,35 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         stream: bool = False,
+        retries: int | None = None,
     ) -> aiohttp.ClientResponse:
-        """Return a 2xx response, retrying what is safe; raise the mapped ApiError otherwise."""
+        """Return a 2xx response, retrying what is safe; raise the mapped ApiError otherwise.
+
+        Every attempt tells ``health`` whether the server answered.
+        """
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": content_type} if data is not None else None
         url = self.config.host + path
+        allowed = self.options.retries if retries is None else retries
         attempt = 0
         while True:
             try:
                 response = await self._once(method, url, params, data, headers, stream)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-                if attempt >= self.options.retries:
+                self.health.failed(exc)
+                if attempt >= allowed:
                     raise _no_answer(method, what, attempt + 1, exc) from None
                 await asyncio.sleep(self._delay(attempt, None))
                 attempt += 1
                 continue
+            self.health.answered()
             if response.status < 300:
                 return response
             error = await self._error(response, what, kind, verb)
             if response.status == 401 and not self._reloaded and self.config.reload is not None:
                 await self._reload()
                 continue
-            if not _retryable(response.status) or attempt >= self.options.retries:
+            if not _retryable(response.status) or attempt >= allowed:
                 raise error
             retry_after = _retry_after(response)
             log.debug("%s: HTTP %s, retry %d", what, response.status, attempt + 1)
@@ -474,7 +509,9 @@ def _no_answer(method: str, what: str, attempts: int, exc: BaseException) -> Ser
     if method != "GET":
         # The connection may have closed after the server applied it: say so, not "failed".
         message += "; the server may have applied it all the same, so read before writing again"
-    return ServerUnavailable(0, {"message": message}, what=what)
+    error = ServerUnavailable(0, {"message": message}, what=what)
+    error.last_error = exc  # what ``reach.explain`` tells a person
+    return error
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ClusterConfig", "load_config"]
+__all__ = ["ClusterConfig", "kubeconfig_path", "load_config"]
 
 _SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -41,7 +41,7 @@ async def load_config(
 
     Raises ``FileNotFoundError`` naming the places looked at when there is neither.
     """
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     if path is not None:
         return await _from_kubeconfig(path, context)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and (_SA_DIR / "token").exists():
@@ -52,7 +52,8 @@ async def load_config(
     )
 
 
-def _kubeconfig_path(explicit: str | os.PathLike[str] | None) -> str | None:
+def kubeconfig_path(explicit: str | os.PathLike[str] | None) -> str | None:
+    """Return the kubeconfig file ``load_config`` reads (None: in-cluster, or none at all)."""
     if explicit is not None:
         return os.fspath(explicit)
     env = os.environ.get("KUBECONFIG", "")
