@@ -708,6 +708,10 @@ def _record_json(record: StepRecord) -> dict[str, Any]:
             else None
         ),
         "requested": dict(record.requested) if record.requested is not None else None,
+        # What the main container used (k8sjobs.usage.Usage.to_json: wall_seconds,
+        # cpu_seconds, memory_peak in bytes, gpu_seconds, gpu_memory_peak, devices, source,
+        # and missing: why each None figure is None); None until the step ended.
+        "usage": r.usage.to_json() if r.usage is not None else None,
         "outputs": dict(r.outputs),
     }
 

@@ -17,17 +17,20 @@ separates them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "USAGE_TAG",
     "Usage",
+    "UsageSummary",
     "format_bytes",
     "format_usage_line",
     "parse_usage",
+    "request_versus_use",
     "split_message",
+    "summarize_usage",
 ]
 
 #: The first two words of a usage line; a new format gets a new version word.
@@ -129,9 +132,10 @@ def format_bytes(count: float) -> str:
     """Return a byte count in the binary units Kubernetes quantities use ("1.2Gi", "512Mi")."""
     for unit in ("", "Ki", "Mi", "Gi", "Ti"):
         if abs(count) < 1024 or unit == "Ti":
-            return f"{count:.0f}{unit}" if unit == "" or count >= 100 else f"{count:.1f}{unit}"
+            whole = unit == "" or count >= 100 or float(count).is_integer()
+            return f"{count:.0f}{unit}" if whole else f"{count:.1f}{unit}"
         count /= 1024
-    return f"{count:.1f}Pi"  # pragma: no cover (the loop returns at Ti)
+    raise AssertionError("unreachable: the loop returns at Ti")  # pragma: no cover
 
 
 def format_usage_line(
@@ -208,3 +212,86 @@ def _number(text: str | None, scale: float) -> float | None:
     if text is None or not text.isdigit():
         return None
     return int(text) * scale
+
+
+#: A step "asked for far more than it used" when its request is this many times its use.
+OVERSIZED = 4.0
+
+
+@dataclass(frozen=True)
+class UsageSummary:
+    """A study's usage at a glance: CPU hours, and the steps that asked for far more.
+
+    ``oversized`` holds one line per step whose memory request is at least ``OVERSIZED``
+    times its peak, or whose cores are at least that many times its average CPU use
+    ("train: mem 8Gi req, 1.2Gi peak").
+    """
+
+    cpu_hours: float = 0.0
+    measured: int = 0
+    unmeasured: int = 0
+    oversized: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """Return the summary as a line or a few ("" when no step was measured)."""
+        if not self.measured:
+            return ""
+        line = f"usage: {self.cpu_hours:.3g} CPU hours over {self.measured} step(s)"
+        if self.unmeasured:
+            line += f" ({self.unmeasured} without figures)"
+        asked = [f"  asked for far more than used: {o}" for o in self.oversized]
+        return "\n".join([line, *asked])
+
+
+def request_versus_use(requested: Mapping[str, Any] | None, usage: Usage | None) -> str:
+    """Return "mem 8Gi req, 1.2Gi peak; cpu 4 req, 0.9 used" for what is known ("" if none)."""
+    requested = requested or {}
+    parts = []
+    memory = requested.get("memory")
+    if memory or (usage is not None and usage.memory_peak is not None):
+        req = f"{format_bytes(memory)} req" if memory else "no req"
+        peak = usage.memory_peak if usage is not None else None
+        parts.append(f"mem {req}, {format_bytes(peak) + ' peak' if peak is not None else '?'}")
+    used = _cores_used(usage)
+    cores = requested.get("cpu")
+    if used is not None:
+        parts.append(f"cpu {cores:g} req, {used:.2g} used" if cores else f"cpu {used:.2g} used")
+    return "; ".join(parts)
+
+
+def summarize_usage(
+    steps: Iterable[tuple[str, Mapping[str, Any] | None, Usage | None]],
+) -> UsageSummary:
+    """Return the study's summary from (step name, requested, usage) of each step that ended.
+
+    ``requested`` is the run record's (``nodes``, ``cpu`` cores per node, ``memory`` bytes).
+    """
+    cpu, measured, unmeasured, oversized = 0.0, 0, 0, []
+    for name, requested, usage in steps:
+        if usage is None or (usage.cpu_seconds is None and usage.memory_peak is None):
+            unmeasured += 1
+            continue
+        measured += 1
+        cpu += usage.cpu_seconds or 0.0
+        if _oversized(requested or {}, usage):
+            oversized.append(f"{name}: {request_versus_use(requested, usage)}")
+    return UsageSummary(cpu / 3600, measured, unmeasured, tuple(oversized))
+
+
+def _cores_used(usage: Usage | None) -> float | None:
+    """Return the average cores a step kept busy (CPU seconds over wall seconds)."""
+    if usage is None or usage.cpu_seconds is None or not usage.wall_seconds:
+        return None
+    return usage.cpu_seconds / usage.wall_seconds
+
+
+def _oversized(requested: Mapping[str, Any], usage: Usage) -> bool:
+    memory, peak = requested.get("memory"), usage.memory_peak
+    if memory and peak and memory >= OVERSIZED * peak:
+        return True
+    cores, used = requested.get("cpu"), _cores_used(usage)
+    # A step under a second says nothing of its cores: its start is most of it.
+    long_enough = (usage.wall_seconds or 0) >= 1.0
+    return bool(
+        cores and cores >= 2 and used is not None and long_enough and cores >= OVERSIZED * used
+    )

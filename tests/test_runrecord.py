@@ -185,3 +185,20 @@ async def test_a_rerun_marks_adopted_steps_with_their_earlier_run(tmp_path: Path
     assert second["ok"]["state"] == "SUCCEEDED"
     assert second["bad"]["adopted"] is None and second["bad"]["started"] is not None
     assert second["bad"]["requested"] == {"nodes": 1, "cpu": 1, "memory": None, "gpus": 0}
+
+
+async def test_the_record_holds_what_each_step_used(tmp_path: Path) -> None:
+    """The report draws requested against used from these fields (``usage``, ``requested``)."""
+    text = "name: used\nsteps:\n  - {name: ok, shell: python, script: 'x = 1',\n"
+    text += "     resources: {memory: 1Gi}}\n"
+    study = parse_study(text, base_dir=tmp_path)
+    async with Session(study="used", backend=LocalBackend(state_dir=tmp_path)) as session:
+        run = StudyRun(study, session)
+        await run.run()
+        (step,) = run.timeline()["steps"]
+    usage = step["usage"]
+    assert usage["source"] == "rusage" and usage["memory_peak"] > 1024 * 1024
+    assert usage["cpu_seconds"] > 0 and usage["wall_seconds"] > 0
+    assert usage["missing"]["gpu_seconds"] == "the step asked for no GPU"
+    assert step["requested"]["memory"] == 1024**3
+    json.dumps(step)  # plain JSON values only

@@ -1,0 +1,72 @@
+"""The usage line, its figures and why they are missing, and a study's summary (pure)."""
+
+from __future__ import annotations
+
+from k8sjobs.usage import (
+    Usage,
+    format_bytes,
+    format_usage_line,
+    parse_usage,
+    request_versus_use,
+    split_message,
+    summarize_usage,
+)
+
+GI = 1024**3
+
+
+def test_a_line_round_trips_through_parse() -> None:
+    line = format_usage_line(
+        "rusage", wall_seconds=2.5, cpu_seconds=1.25, memory_peak=123, devices=("0", "1")
+    )
+    usage = parse_usage(line)
+    assert (usage.wall_seconds, usage.cpu_seconds, usage.memory_peak) == (2.5, 1.25, 123)
+    assert usage.devices == ("0", "1") and usage.source == "rusage"
+    assert Usage.from_json(usage.to_json()) == usage
+
+
+def test_unknown_words_and_bad_numbers_are_not_figures() -> None:
+    usage = parse_usage("k8sjobs-usage v1 src=cgroup2 cpu_us=12x mem_peak=5 future=1")
+    assert usage.cpu_seconds is None and usage.memory_peak == 5
+    assert "cpu.stat" in usage.missing["cpu_seconds"]
+
+
+def test_the_usage_line_leaves_the_rest_of_the_message() -> None:
+    own, line = split_message("WorkerSetupFailed: no sshd\nk8sjobs-usage v1 src=none")
+    assert own == "WorkerSetupFailed: no sshd" and line == "k8sjobs-usage v1 src=none"
+    assert split_message("just words") == ("just words", None)
+
+
+def test_bytes_read_as_kubernetes_quantities() -> None:
+    assert [format_bytes(n) for n in (512, 200 * 1024**2, 8 * GI, 1.2 * GI)] == [
+        "512",
+        "200Mi",
+        "8Gi",
+        "1.2Gi",
+    ]
+
+
+def test_requested_against_used() -> None:
+    usage = Usage(wall_seconds=10.0, cpu_seconds=9.0, memory_peak=int(1.2 * GI))
+    assert request_versus_use({"memory": 8 * GI, "cpu": 4}, usage) == (
+        "mem 8Gi req, 1.2Gi peak; cpu 4 req, 0.9 used"
+    )
+    assert request_versus_use({"memory": 8 * GI}, None) == "mem 8Gi req, ?"
+    assert request_versus_use(None, None) == ""
+
+
+def test_the_summary_counts_cpu_hours_and_names_the_oversized() -> None:
+    small = Usage(wall_seconds=3600.0, cpu_seconds=3600.0, memory_peak=GI)
+    summary = summarize_usage(
+        [
+            ("fits", {"memory": 2 * GI, "cpu": 1}, small),
+            ("huge", {"memory": 16 * GI, "cpu": 1}, small),
+            ("idle", {"memory": None, "cpu": 8}, small),
+            ("never", {"memory": GI, "cpu": 1}, None),
+        ]
+    )
+    assert summary.cpu_hours == 3.0 and (summary.measured, summary.unmeasured) == (3, 1)
+    assert [o.split(":")[0] for o in summary.oversized] == ["huge", "idle"]
+    assert summary.describe().splitlines()[0] == (
+        "usage: 3 CPU hours over 3 step(s) (1 without figures)"
+    )
