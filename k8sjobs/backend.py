@@ -53,12 +53,17 @@ class Backend(StepControl, Protocol):
     async def aclose(self) -> None:
         """Stop watching and release connections; steps keep running where they run."""
 
-    async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
+    async def submit(
+        self, handle: StepHandle, manifests: Manifests, *, replace: bool, rerun: bool = False
+    ) -> None:
         """Create the step's objects and start tracking ``handle``.
 
-        Idempotent: if the step exists with the same spec hash it is adopted; with another
-        hash ``SpecMismatch`` is raised unless ``replace`` is true. From then on the backend
-        reports every change of the step through ``handle.report``.
+        Idempotent: if the step exists with the same spec hash it is adopted (and
+        ``handle.adopted`` set), unless it has ended and ``rerun`` is true (then it runs
+        again). An ended step of another spec is replaced: it is an older run's leftover.
+        One of another spec still running raises ``SpecMismatch`` unless ``replace`` is
+        true (then it is stopped first). From then on the backend reports every change of
+        the step through ``handle.report``.
         """
 
     async def attach(self, study: str, namespace: str) -> list[StepHandle]:

@@ -68,6 +68,9 @@ class StepHandle:
         self.namespace = namespace
         self.backend = backend
         self.step = step
+        #: Set by the backend when it took over a step that already existed (a driver's
+        #: restart, or a step of the same spec left from an earlier run) instead of starting it.
+        self.adopted = False
         self._result = StepResult(name=name)
         # Made when someone waits for a step still running: a driver holds 100,000 handles,
         # most of them never awaited before they end (an asyncio.Event costs ~400 bytes).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,6 +29,7 @@ from .handle import StepHandle
 from .render.manifests import HANDOFF_IMAGE, Manifests, Target, placement, render
 from .render.multinode import SshKey
 from .render.sshkey import key_for
+from .reuse import Reuse
 from .state import StepResult, StepState
 from .steps.spec import Step, StepOutput
 
@@ -54,6 +56,9 @@ class Session:
     While started, it raises CPython's young-generation collection threshold (to 50,000,
     unless set higher) and puts it back when closed: a driver holding many steps otherwise
     spends more CPU per step in full collections the more steps it holds.
+    ``cache`` (default true) reuses a step's recorded success with the same key instead
+    of running it again, and records each success for later runs; false runs every step
+    (docs/reruns.md).
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class Session:
         handoff_image: str = HANDOFF_IMAGE,
         log_dir: str | os.PathLike[str] = ".k8sjobs/logs",
         keep_failed: bool = False,
+        cache: bool = True,
         options: dict[str, Any] | None = None,
     ) -> None:
         self.study = study
@@ -98,6 +104,7 @@ class Session:
         self._started = False
         self._closed = False
         self._pace = _gcpace.Holder()  # the garbage collector's pace, held while started
+        self._reuse = Reuse(enabled=cache, plain_http=plain_http)
 
     @property
     def namespace(self) -> str:
@@ -169,6 +176,7 @@ class Session:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
+            await self._reuse.aclose()  # the results being recorded are written first
             for kind in self._running:
                 await self._backends[kind].aclose()
         finally:
@@ -181,28 +189,39 @@ class Session:
         after: Iterable[StepHandle] = (),
         replace: bool = False,
         backend: BackendName | None = None,
+        rerun: bool = False,
     ) -> StepHandle:
         """Start ``step`` and return its handle at once.
 
         A step whose inputs are outputs of steps in this session (``other.output("x")``),
         or that names handles in ``after``, is sent only once those have succeeded, with
         their outputs pinned by digest; if one fails it ends FAILED ("DependencyFailed")
-        without running. Errors from the backend (API refusals) are raised here.
+        without running. A step whose key has a recorded success is not run: its handle
+        ends SUCCEEDED with reason "Cached" and the recorded outputs. ``rerun`` runs it
+        all the same (its new result replaces the record); ``replace`` stops a still
+        running copy of another spec instead of refusing with SpecMismatch. Errors from
+        the backend (API refusals) are raised here.
         """
         chosen = await self._backend(backend or self._default_kind)
         handle, upstream = self._register(step, chosen, after)
+        how = _How(replace=replace, rerun=rerun)
         if upstream:
-            self._defer(handle, upstream, replace)
+            self._defer(handle, upstream, how)
         else:
             try:
-                await chosen.submit(handle, self._render(handle), replace=replace)
+                await self._start(handle, how)
             except BaseException:
                 del self._handles[step.name]
                 raise
         return handle
 
     async def submit_many(
-        self, steps: Sequence[Step], *, replace: bool = False, limit: int = 64
+        self,
+        steps: Sequence[Step],
+        *,
+        replace: bool = False,
+        rerun: bool = False,
+        limit: int = 64,
     ) -> list[StepHandle]:
         """Submit ``steps`` with at most ``limit`` creations in flight; return their handles.
 
@@ -211,10 +230,11 @@ class Session:
         """
         chosen = await self._backend(self._default_kind)
         registered = [self._register(step, chosen, ()) for step in _producers_first(steps)]
+        how = _How(replace=replace, rerun=rerun)
         ready: list[StepHandle] = []
         for handle, upstream in registered:
             if upstream:
-                self._defer(handle, upstream, replace)
+                self._defer(handle, upstream, how)
             else:
                 ready.append(handle)
         queue = iter(ready)
@@ -223,7 +243,7 @@ class Session:
             # ``limit`` senders share the queue, rather than a task per step waiting its turn:
             # 100,000 waiting tasks cost the driver ~200 MB while it submits.
             for handle in queue:
-                await self._send(handle, self._render(handle), replace)
+                await self._send(handle, how)
 
         await asyncio.gather(*(sender() for _ in range(max(1, min(limit, len(ready))))))
         return [self._handles[step.name] for step in steps]
@@ -356,10 +376,8 @@ class Session:
         self._handles[step.name] = handle
         return handle, self._upstream(step, after)
 
-    def _render(self, handle: StepHandle) -> Manifests:
-        """Render ``handle``'s step, pinning inputs to producers' outputs by digest."""
-        step = handle.step
-        assert step is not None
+    def _pinned(self, step: Step) -> dict[str, str]:
+        """Return the inputs of ``step`` that are outputs of this session's steps, pinned."""
         pinned = {}
         for key, source in step.inputs.items():
             if not isinstance(source, StepOutput) or source.step not in self._handles:
@@ -367,6 +385,34 @@ class Session:
             outputs = self._handles[source.step].result.outputs
             if source.output in outputs:
                 pinned[key] = outputs[source.output]
+        return pinned
+
+    async def _start(self, handle: StepHandle, how: _How) -> None:
+        """Reuse ``handle``'s recorded result, or render and send its step to its backend."""
+        step = handle.step
+        assert step is not None
+        backend = self._backend_of(handle)
+        target = self._target(backend)
+        pinned = self._pinned(step)
+        cache = self._reuse.cache_for(step, target.store)
+        key = None
+        if cache is not None:
+            key, pinned = await self._reuse.key(cache, step, target, pinned)
+        reusable = key is not None and cache is not None and not how.rerun
+        if reusable and await self._reuse.reuse(cache, handle, key):  # type: ignore[arg-type]
+            return
+        # Run anew on purpose, or opted out of the cache (cache: false, or the session's
+        # cache off): an ended Job of the same spec is run again, not adopted. A step the
+        # cache does not cover by default (no outputs) keeps adopting its identical Job.
+        rerun = how.rerun or not self._reuse.reuses(step)
+        await backend.submit(handle, self._render(handle, pinned), replace=how.replace, rerun=rerun)
+        if key is not None and cache is not None:
+            self._reuse.record_when_done(cache, handle, key)
+
+    def _render(self, handle: StepHandle, pinned: dict[str, str]) -> Manifests:
+        """Render ``handle``'s step with ``pinned`` inputs (producers' outputs by digest)."""
+        step = handle.step
+        assert step is not None
         ssh_key = self._ssh_keys.get(handle.name)
         if ssh_key is None and (ssh_key := key_for(step)) is not None:
             self._ssh_keys[handle.name] = ssh_key
@@ -378,24 +424,24 @@ class Session:
         """Return the backend of ``handle`` (the handle itself sees only its StepControl)."""
         return next(b for b in self._backends.values() if b is handle.backend)
 
-    def _defer(self, handle: StepHandle, upstream: list[StepHandle], replace: bool) -> None:
-        task = asyncio.create_task(self._submit_after(handle, upstream, replace))
+    def _defer(self, handle: StepHandle, upstream: list[StepHandle], how: _How) -> None:
+        task = asyncio.create_task(self._submit_after(handle, upstream, how))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _submit_after(
-        self, handle: StepHandle, upstream: list[StepHandle], replace: bool
+        self, handle: StepHandle, upstream: list[StepHandle], how: _How
     ) -> None:
         failed = dependency_failure(handle.result, [await h.wait() for h in upstream])
         if failed is not None:
             handle.report(failed)
             return
-        await self._send(handle, self._render(handle), replace)
+        await self._send(handle, how)
 
-    async def _send(self, handle: StepHandle, manifests: Manifests, replace: bool) -> None:
+    async def _send(self, handle: StepHandle, how: _How) -> None:
         """Submit, reporting a refusal on the handle (nobody awaits a deferred submission)."""
         try:
-            await self._backend_of(handle).submit(handle, manifests, replace=replace)
+            await self._start(handle, how)
         except ClusterUnreachable as exc:  # not the step's failure: it was never refused
             handle.abandon(exc)
         except Exception as exc:
@@ -410,6 +456,15 @@ class Session:
             raise SessionClosed("Cannot submit to a session that has been closed.")
         if not self._started:
             raise SessionClosed("Start the session first: use `async with Session(...) as s`.")
+
+
+@dataclass(frozen=True)
+class _How:
+    """How a submission treats what exists: ``replace`` a running copy of another spec,
+    ``rerun`` a step even though its result is recorded or its identical Job ended."""
+
+    replace: bool = False
+    rerun: bool = False
 
 
 def dependency_failure(result: StepResult, upstream: Iterable[StepResult]) -> StepResult | None:

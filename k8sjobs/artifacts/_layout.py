@@ -256,6 +256,9 @@ class OCILayout(_transfer.StoreFront):
         """Store a small in-memory blob."""
         await anyio.to_thread.run_sync(self._store_bytes, data)
 
+    async def mount_blob(self, dst: Reference, desc: Descriptor, src: Reference) -> None:
+        """Nothing to do: every repository of a layout shares its blobs."""
+
     async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str:
         """Store a manifest blob and point ``ref``'s tag at it in index.json."""
         digest = await anyio.to_thread.run_sync(self._store_bytes, data)

@@ -725,6 +725,27 @@ class Registry(_transfer.StoreFront):
         await self.put_manifest(dst, data, media_type)
         return digest
 
+    async def mount_blob(self, dst: Reference, desc: Descriptor, src: Reference) -> None:
+        """Make blob ``desc`` of repository ``src`` part of ``dst`` too (a cross-repository
+        mount: no data moves); a registry that will not mount gets the blob copied."""
+        if (dst.registry or self.host) == (src.registry or self.host):
+            url = self._with_query(
+                self._url(dst, "blobs/uploads/"), mount=desc.digest, **{"from": src.repository}
+            )
+            resp = await self._send(
+                "POST",
+                dst,
+                url,
+                f"Mounting blob {desc.digest[:19]} of {src} into {dst}",
+                scope=f"{self._scope(dst, True)} {self._scope(src)}",
+                ok=(201, 202),
+                idempotent=True,
+            )
+            resp.release()
+            if resp.status == 201:
+                return
+        await self._copy_blob(src, dst, desc)
+
     async def _copy_blob(self, src: Reference, dst: Reference, desc: Descriptor) -> None:
         with tempfile.TemporaryDirectory(prefix="k8sjobs-copy-") as tmp:
             path = Path(tmp) / "blob"

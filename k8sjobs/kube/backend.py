@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -49,7 +49,7 @@ from .client import (
     KubeClient,
 )
 from .config import ClusterConfig, kubeconfig_path, load_config
-from .create import create_step, top_kind
+from .create import create_step, ended, top_kind
 from .logkeep import LogKeeper, file_name
 from .reach import ApiHealth, probe
 from .watch import Change, Informer, WatchStats
@@ -424,26 +424,33 @@ class KubernetesBackend:
 
     # ---- submit ----------------------------------------------------------------------
 
-    async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
-        """Create the step's objects (or adopt identical ones) and track ``handle``."""
+    async def submit(
+        self, handle: StepHandle, manifests: Manifests, *, replace: bool, rerun: bool = False
+    ) -> None:
+        """Create the step's objects (or adopt identical ones) and track ``handle``.
+
+        ``rerun`` runs an ended Job of the same spec again instead of adopting it.
+        """
         watch = await self._watch(handle.namespace, handle.study)
         name = manifests.name
         key = (manifests.namespace, name)
         if top_kind(manifests.job) is MINICLUSTERS:
             self._miniclusters.add(key)
-        if replace:
-            # The old Job's deletion is ours: it must not read as a LOST step.
+        current = watch.jobs.cache.objects.get(name)
+        if replace or current is not None:
+            # A deletion of the old Job is ours: it must not read as a LOST step.
             self._replacing.add(key)
         health = self.client.health
         try:
             while True:
                 try:
-                    await create_step(
+                    handle.adopted = await create_step(
                         self.client,
                         manifests,
                         current=watch.jobs.cache.objects.get(name),
                         replace=replace,
                         gone=lambda: self._wait_gone(watch, name),
+                        rerun=ended if rerun else _keep,
                     )
                     break
                 except ServerUnavailable as exc:
@@ -811,3 +818,8 @@ async def _first_change(handle: StepHandle) -> None:
 def _has_walltime(job: dict[str, Any] | None) -> bool:
     """Return whether a cached Job has a walltime (its pods are deleted when it runs out)."""
     return bool(job and (job.get("spec") or {}).get("activeDeadlineSeconds"))
+
+
+def _keep(job: Mapping[str, Any]) -> bool:
+    """Return False: an ended Job of the same spec is adopted, not run again."""
+    return False

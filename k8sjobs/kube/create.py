@@ -21,7 +21,7 @@ from ..errors import AlreadyExists, NotFound, SpecMismatch
 from ..render.manifests import ANNOTATION_STEP, LABEL_HASH, Manifests
 from .client import CONFIGMAPS, JOBS, MINICLUSTERS, SECRETS, SERVICES, Kind, KubeClient
 
-__all__ = ["EXTRA_KINDS", "create_step", "deleting", "spec_hash", "top_kind"]
+__all__ = ["EXTRA_KINDS", "create_step", "deleting", "ended", "spec_hash", "top_kind"]
 
 #: The API resource of each object a step creates besides its Job.
 EXTRA_KINDS = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
@@ -57,6 +57,15 @@ def deleting(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def ended(job: Obj) -> bool:
+    """Return whether the Job's outcome is decided (FailureTarget comes before Failed)."""
+    decided = ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget")
+    for cond in (job.get("status") or {}).get("conditions") or ():
+        if cond.get("type") in decided and cond.get("status") == "True":
+            return True
+    return False
+
+
 def _never(job: Obj) -> bool:
     return False
 
@@ -69,18 +78,19 @@ async def create_step(
     replace: bool,
     gone: Waiter,
     rerun: Callable[[Obj], bool] = _never,
-) -> None:
-    """Create the objects of ``manifests``, or adopt identical ones.
+) -> bool:
+    """Create the objects of ``manifests``, or adopt identical ones; return True if adopted.
 
     ``current`` is the Job of that name as the caller knows it (None: none known);
     ``gone`` returns once that Job no longer exists (after a deletion); ``rerun`` says
     whether a Job of the same spec is replaced all the same (Maestro resubmits an ended
-    step to run it again). Raises SpecMismatch when a Job of another spec exists and
-    ``replace`` is false.
+    step to run it again; a session, a step run anew or not cached). A Job of another
+    spec that has ended is an older run's leftover and is replaced; one still running
+    raises SpecMismatch unless ``replace`` is true.
     """
     if current is not None and not deleting(current):
         if spec_hash(current) == manifests.spec_hash and not rerun(current):
-            return
+            return True
         _check_replace(current, manifests, replace)
         await _remove(client, manifests, gone)
     elif current is not None:
@@ -89,6 +99,7 @@ async def create_step(
     job = await _create_job(client, manifests, replace, gone)
     if job is not None:
         await _own(client, manifests, job)
+    return job is None  # an identical Job was there (our own create, its reply lost)
 
 
 async def _create_extras(client: KubeClient, manifests: Manifests) -> None:
@@ -165,14 +176,15 @@ async def _delete(client: KubeClient, kind: Kind, manifests: Manifests, propagat
 
 
 def _check_replace(current: Obj, manifests: Manifests, replace: bool) -> None:
-    """Raise SpecMismatch if ``current`` has another spec and may not be replaced."""
-    if replace or spec_hash(current) == manifests.spec_hash:
+    """Raise SpecMismatch if ``current`` has another spec, still runs, and may not be replaced."""
+    if replace or spec_hash(current) == manifests.spec_hash or ended(current):
         return
     annotations = manifests.job["metadata"].get("annotations") or {}
     step = annotations.get(ANNOTATION_STEP) or manifests.name
     raise SpecMismatch(
         f'Step "{step}": Job "{manifests.name}" in namespace "{manifests.namespace}" '
         f"was created from another spec (hash {spec_hash(current)}, now "
-        f"{manifests.spec_hash}); submit with replace=True to delete it and run the new "
-        "spec, or rename the step."
+        f"{manifests.spec_hash}) and is still running; wait for it to end, stop it "
+        "(k8sjobs cancel), or run with --replace (replace=True) to stop it and run the new "
+        "spec."
     )

@@ -146,8 +146,15 @@ class LocalBackend:
         for lock in self._locks.values():
             lock.release()
 
-    async def submit(self, handle: StepHandle, manifests: Manifests, *, replace: bool) -> None:
-        """Start the step's Job, or adopt the run or success recorded for the same spec."""
+    async def submit(
+        self, handle: StepHandle, manifests: Manifests, *, replace: bool, rerun: bool = False
+    ) -> None:
+        """Start the step's Job, or adopt the run or success recorded for the same spec.
+
+        A recorded success is not adopted when ``rerun`` is true, nor when it was of another
+        spec (then the step runs); a run of another spec still going raises SpecMismatch
+        unless ``replace`` is true.
+        """
         if manifests.job["kind"] != "Job":  # a Flux Operator MiniCluster needs its operator
             raise ValueError(
                 f'Step "{handle.name}" has target: minicluster, which runs only where the Flux '
@@ -161,12 +168,18 @@ class LocalBackend:
             current.record() if current else await self._read_record(handle.study, manifests.name)
         )
         orphans = await self._orphans(record) if current is None and record else []
-        if record is not None and (_adoptable(record) or orphans) and not replace:
-            if record["spec_hash"] != manifests.spec_hash:
-                raise SpecMismatch(
-                    f'Step "{handle.name}" already ran in study "{handle.study}" from a '
-                    "different spec; submit with replace=True to run the new one"
-                )
+        running = record is not None and (orphans or _running(record))
+        same = record is not None and record["spec_hash"] == manifests.spec_hash
+        if running and not same and not replace:
+            raise SpecMismatch(
+                f'Step "{handle.name}" of study "{handle.study}" is still running from a '
+                "different spec; wait for it to end, stop it (k8sjobs cancel), or run with "
+                "--replace (replace=True) to stop it and run the new spec"
+            )
+        succeeded = record is not None and record["result"]["state"] == "SUCCEEDED"
+        if same and (running or (succeeded and not rerun)):
+            assert record is not None
+            handle.adopted = True
             if current is not None:
                 current.follow(handle)
                 return
@@ -822,10 +835,9 @@ def _index_of(pod: str, job: str) -> int | None:
     return int(rest[0]) if len(rest) > 1 and rest[0].isdigit() else None
 
 
-def _adoptable(record: Mapping[str, Any]) -> bool:
-    """Return whether a recorded run stands for the step: running here, or succeeded."""
-    state = record["result"]["state"]
-    return state == "SUCCEEDED" or (state in ("PENDING", "RUNNING") and _alive(record))
+def _running(record: Mapping[str, Any]) -> bool:
+    """Return whether a recorded run still goes on under a live driver (this one or not)."""
+    return record["result"]["state"] in ("PENDING", "RUNNING") and _alive(record)
 
 
 def _alive(record: Mapping[str, Any]) -> bool:

@@ -45,7 +45,7 @@ from pydantic import (
 from ..errors import ApiError, NotFound
 from ..kube.client import JOBS, PODS, Kind, KubeClient
 from ..kube.config import load_config
-from ..kube.create import create_step, top_kind
+from ..kube.create import create_step, ended, top_kind
 from ..kube.watch import wait_deleted
 from ..render import minicluster, multinode
 from ..render.manifests import MAIN_CONTAINER, Manifests, Target, render
@@ -596,7 +596,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
             current=current,
             replace=True,
             gone=lambda: wait_deleted(client, JOBS, namespace, name, timeout=timeout),
-            rerun=_ended,
+            rerun=ended,
         )
 
     # ---- check and cancel ------------------------------------------------------------
@@ -634,8 +634,8 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         for namespace, names in wanted.items():
             jobs = await _own_objects(client, JOBS, namespace)
             by_name = {j["metadata"]["name"]: j for j in jobs}
-            ended = [n for n in names if n in by_name and _ended(by_name[n])]
-            pods = await _pods_by_job(client, namespace) if ended else {}
+            finished = [n for n in names if n in by_name and ended(by_name[n])]
+            pods = await _pods_by_job(client, namespace) if finished else {}
             for name, job_id in names.items():
                 job = by_name.get(name)
                 if job is None:
@@ -644,7 +644,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 job_pods = pods.get(name, [])
                 result = judge(job, job_pods, now=now, pending_grace=120.0)
                 states[job_id] = maestro_state(result, hardware=_hardware_failure(job_pods))
-                if name in ended:
+                if name in finished:
                     await _keep_logs(client, job, job_pods, result, states[job_id])
         return states
 
@@ -813,12 +813,3 @@ def _study_name(cwd: str) -> str | None:
         if (directory / "batch.info").is_file() and (directory / "meta").is_dir():
             return directory.name
     return None
-
-
-def _ended(job: Mapping[str, Any]) -> bool:
-    """Return whether the Job's outcome is decided (FailureTarget comes before Failed)."""
-    decided = ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget")
-    for cond in (job.get("status") or {}).get("conditions") or ():
-        if cond.get("type") in decided and cond.get("status") == "True":
-            return True
-    return False

@@ -30,6 +30,7 @@ async def test_step_b_reads_exactly_the_bytes_step_a_wrote(
         kubeconfig=fake_cluster_execute.kubeconfig_path,
         store=plain_registry.location,
         plain_http=True,
+        cache=False,  # each handoff path runs both steps (the registry outlives the test)
     ) as s:
         a = await s.submit(
             Step(name="a", shell="python", script=WRITE, outputs={"blob": "blob.bin"})

@@ -110,5 +110,5 @@ async def test_same_spec_is_adopted_without_writes_and_another_spec_is_refused(
     await _create(client, manifests)
     assert sum(cluster.request_count(v) for v in ("create", "patch", "update", "delete")) == 0
     other = render(step("a", duration=31), Target(study="s"))
-    with pytest.raises(SpecMismatch, match=r'Step "a": Job .* replace=True'):
+    with pytest.raises(SpecMismatch, match=r'Step "a": Job .* still running.*--replace'):
         await _create(client, other)

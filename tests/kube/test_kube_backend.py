@@ -50,19 +50,29 @@ async def test_resubmission_adopts_identical_spec_without_writes(
     assert len(cluster.objects("jobs")) == 1
 
 
-async def test_changed_spec_raises_spec_mismatch_unless_replace(
+async def test_a_changed_spec_replaces_an_ended_job_and_is_refused_while_one_runs(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
     async with session(cluster, tmp_path) as s:
         await (await s.submit(step("a"))).wait(10)
     async with session(cluster, tmp_path) as s:
-        with pytest.raises(SpecMismatch, match=r'Step "a".*replace=True'):
-            await s.submit(step("a", duration=0.06))
-    async with session(cluster, tmp_path) as s:
-        handle = await s.submit(step("a", duration=0.06), replace=True)
+        # The ended Job is an older run's leftover: no SpecMismatch in a study's normal flow.
+        handle = await s.submit(step("a", duration=0.06))
         assert (await handle.wait(10)).state is StepState.SUCCEEDED
+        assert not handle.adopted
     (job,) = cluster.objects("jobs")
     assert job["metadata"]["annotations"][f"{FAKE}duration"] == "0.06"
+    async with session(cluster, tmp_path) as s:
+        running = await s.submit(step("a", duration=30))
+        await wait_until(lambda: running.state is StepState.RUNNING)
+    async with session(cluster, tmp_path) as s:
+        with pytest.raises(SpecMismatch, match=r'Step "a".*still running.*--replace'):
+            await s.submit(step("a", duration=0.07))
+    async with session(cluster, tmp_path) as s:
+        handle = await s.submit(step("a", duration=0.07), replace=True)
+        assert (await handle.wait(10)).state is StepState.SUCCEEDED
+    (job,) = cluster.objects("jobs")
+    assert job["metadata"]["annotations"][f"{FAKE}duration"] == "0.07"
 
 
 async def test_orphaned_configmap_is_reported_then_adopted(

@@ -221,15 +221,25 @@ async def test_resubmitting_a_succeeded_step_adopts_it(tmp_path: Path) -> None:
     assert count.read_text() == "run\n"
 
 
-async def test_resubmitting_a_different_spec_raises_spec_mismatch(tmp_path: Path) -> None:
+async def test_a_different_spec_runs_after_an_ended_step_and_is_refused_while_one_runs(
+    tmp_path: Path,
+) -> None:
     async with Session(study="resume", backend=local(tmp_path / "state")) as s:
         await (await s.submit(Step(name="once", script="echo one"))).wait(timeout=10)
     async with Session(study="resume", backend=local(tmp_path / "state")) as s:
-        with pytest.raises(SpecMismatch, match=r'"once".*replace=True'):
-            await s.submit(Step(name="once", script="echo two"))
-        replaced = await s.submit(Step(name="once", script="echo two"), replace=True)
-        assert (await replaced.wait(timeout=10)).ok
-        assert await replaced.logs() == "two\n"
+        changed = await s.submit(Step(name="once", script="echo two"))
+        assert (await changed.wait(timeout=10)).ok and not changed.adopted
+        assert await changed.logs() == "two\n"
+    shared = local(tmp_path / "state")  # two drivers of one backend: one step still runs
+    async with Session(study="resume", backend=shared) as first:
+        running = await first.submit(Step(name="once", script="sleep 30"))
+        await wait_until(lambda: running.state is StepState.RUNNING)
+        async with Session(study="resume", backend=shared) as s:
+            with pytest.raises(SpecMismatch, match=r'"once".*still running.*--replace'):
+                await s.submit(Step(name="once", script="echo three"))
+            replaced = await s.submit(Step(name="once", script="echo three"), replace=True)
+            assert (await replaced.wait(timeout=10)).ok
+            assert await replaced.logs() == "three\n"
 
 
 async def test_resubmitting_a_failed_step_runs_it_again(tmp_path: Path) -> None:

@@ -1,0 +1,170 @@
+"""Re-runs that do the right thing (issue 26): a 20-step study run again reuses every step,
+an edited step runs with exactly its descendants, studies share a step's result, and a
+``cache: false`` step always runs. On the local backend and on the fake cluster (with a
+real docker-registry), counting the processes each step's script started (one line each in
+a shared file) and the fake's Kubernetes writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from k8sjobs import Session
+from k8sjobs.local import LocalBackend
+from k8sjobs.reuse import CACHED
+from k8sjobs.state import StepResult
+from k8sjobs.steps.spec import Step, StepOutput
+from k8sjobs.testing import FakeCluster
+from k8sjobs.testing.registry import RegistryServer, registry_available, registry_process
+
+STEPS = 20
+WRITES = ("create", "update", "patch", "delete")
+
+
+def tree(count: Path, *, edited: int | None = None, cache: bool | None = None) -> list[Step]:
+    """Return 20 steps as a binary tree: step i reads the output of step (i - 1) // 2."""
+    steps = []
+    for i in range(STEPS):
+        name = f"s{i:02d}"
+        extra = " edited" if i == edited else ""  # changes its output, so its readers' keys
+        script = (
+            f"echo {name} >> {count}\n"
+            'cat "$K8SJOBS_INPUTS"/up/out.txt > out.txt 2>/dev/null || true\n'
+            f"echo {name} >> out.txt{extra}\n"
+        )
+        inputs = {"up": StepOutput(step=f"s{(i - 1) // 2:02d}", output="out")} if i else {}
+        steps.append(
+            Step(name=name, script=script, inputs=inputs, outputs={"out": "out.txt"}, cache=cache)
+        )
+    return steps
+
+
+def descendants(root: int) -> set[str]:
+    found = {root}
+    for i in range(1, STEPS):
+        if (i - 1) // 2 in found:
+            found.add(i)
+    return {f"s{i:02d}" for i in found}
+
+
+def ran(count: Path) -> Counter[str]:
+    return Counter(count.read_text().split()) if count.exists() else Counter()
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[RegistryServer]:
+    """Yield a real docker-registry process (skipped where Debian's docker-registry is not)."""
+    if not registry_available():
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    with registry_process() as server:
+        yield server
+
+
+@pytest.fixture(params=["local", "fake-cluster"])
+def where(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[Callable[..., Session], FakeCluster | None]]:
+    """Yield a maker of sessions on one backend (and the fake cluster, when it is one)."""
+    if request.param == "local":
+
+        def local(study: str = "tree", **options: object) -> Session:
+            return Session(
+                study=study,
+                backend=LocalBackend(state_dir=tmp_path / "state"),
+                store=f"oci:{tmp_path / 'store'}",
+                **options,  # type: ignore[arg-type]
+            )
+
+        yield local, None
+        return
+    cluster: FakeCluster = request.getfixturevalue("fake_cluster_execute")
+    registry: RegistryServer = request.getfixturevalue("registry")
+    prefix = f"{registry.location}/{tmp_path.name}"  # the registry outlives the test
+
+    def kube(study: str = "tree", **options: object) -> Session:
+        return Session(
+            study=study,
+            kubeconfig=cluster.kubeconfig_path,
+            store=prefix,
+            plain_http=True,
+            **options,  # type: ignore[arg-type]
+        )
+
+    yield kube, cluster
+
+
+async def run(session: Session, steps: list[Step]) -> dict[str, StepResult]:
+    async with session as s:
+        handles = await s.submit_many(steps)
+        results = await s.gather(*handles, check=True, timeout=240)
+    return {r.name: r for r in results}
+
+
+def writes(cluster: FakeCluster | None) -> int:
+    return 0 if cluster is None else sum(cluster.request_count(v) for v in WRITES)
+
+
+async def test_a_second_run_reuses_every_step_and_an_edit_runs_exactly_its_descendants(
+    where: tuple[Callable[..., Session], FakeCluster | None], tmp_path: Path
+) -> None:
+    make, cluster = where
+    count = tmp_path / "ran"
+    first = await run(make(), tree(count))
+    assert ran(count) == Counter({f"s{i:02d}": 1 for i in range(STEPS)})
+    assert not any(r.reason == CACHED for r in first.values())
+
+    before = writes(cluster)
+    second = await run(make(), tree(count))
+    assert ran(count) == Counter({f"s{i:02d}": 1 for i in range(STEPS)})  # no process
+    assert writes(cluster) == before  # no Kubernetes object
+    assert all(r.reason == CACHED for r in second.values())
+    assert {n: r.outputs["out"].rpartition("@")[2] for n, r in second.items()} == {
+        n: r.outputs["out"].rpartition("@")[2] for n, r in first.items()
+    }
+
+    third = await run(make(), tree(count, edited=4))
+    again = descendants(4)
+    assert again == {"s04", "s09", "s10", "s19"}
+    assert ran(count) == Counter({f"s{i:02d}": 1 + (f"s{i:02d}" in again) for i in range(STEPS)})
+    assert {n for n, r in third.items() if r.reason != CACHED} == again
+
+    # An edit that leaves the output's bytes as they were runs that step alone: its
+    # readers' inputs have the same digest, so the same key (as Nextflow's resume).
+    fourth = await run(
+        make(),
+        [
+            *tree(count, edited=4)[:4],
+            tree(count)[4].model_copy(update={"script": tree(count)[4].script + "# a comment\n"}),
+            *tree(count, edited=4)[5:],
+        ],
+    )
+    assert {n for n, r in fourth.items() if r.reason != CACHED} == {"s04"}
+
+
+async def test_two_studies_share_a_step_and_cache_false_always_runs(
+    where: tuple[Callable[..., Session], FakeCluster | None], tmp_path: Path
+) -> None:
+    make, _ = where
+    count = tmp_path / "ran"
+    await run(make("one"), tree(count)[:3])
+    shared = await run(make("two"), tree(count)[:3])
+    assert ran(count) == Counter({"s00": 1, "s01": 1, "s02": 1})
+    assert all(r.reason == CACHED for r in shared.values())
+    # Re-tagged under the second study's names, pinned to the first one's digests.
+    assert all("/two-" in r.outputs["out"] for r in shared.values()), shared
+
+    await run(make("one"), tree(count, cache=False)[:3])
+    await run(make("one"), tree(count, cache=False)[:3])
+    assert ran(count) == Counter({"s00": 3, "s01": 3, "s02": 3})
+
+    await run(make("one", cache=False), tree(count)[:1])  # the session's option
+    assert ran(count)["s00"] == 4
+    rerun = make("one")
+    async with rerun as s:
+        result = await (await s.submit(tree(count)[0], rerun=True)).wait(timeout=60)
+    assert result.ok and result.reason != CACHED
+    assert ran(count)["s00"] == 5
