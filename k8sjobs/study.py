@@ -496,6 +496,18 @@ class StepRecord:
     backend: str | None = None
     requested: Mapping[str, Any] | None = None
     adopted: bool = False
+    handle: StepHandle | None = field(default=None, repr=False)
+
+    @property
+    def origin(self) -> str:
+        """Return how the step's result came about: "ran", "reused" (a recorded result of
+        the same key), "adopted" (found running or ended from an identical earlier run) or
+        "not run" (not sent: waiting, an upstream step failed, or the run was stopped)."""
+        if self.result.reason == "Cached":
+            return "reused"
+        if self.handle is None:
+            return "not run"
+        return "adopted" if self.handle.adopted or self.adopted else "ran"
 
     def observe(self, result: StepResult) -> None:
         """Take a newer result, noting when it was first seen running and ended.
@@ -524,10 +536,13 @@ class StepRecord:
 class StudyRun:
     """Runs a Study's DAG on a Session, at most ``max_parallel`` steps at once.
 
-    ``replace`` runs every step anew, even one whose earlier run succeeded or whose spec
-    changed since (SpecMismatch otherwise). ``on_change(record)`` is called whenever a step
-    changes state; ``records`` holds every
-    step's latest state, including those not yet submitted (PENDING, reason "Waiting").
+    A step whose key has a recorded success is reused (SUCCEEDED, reason "Cached"); one
+    still running from an earlier driver is adopted. ``rerun`` (True: every step; or step
+    names) runs those steps and every step depending on them anew. ``replace`` stops a
+    step still running from another spec (SpecMismatch otherwise). ``on_change(record)``
+    is called whenever a step changes state; ``records`` holds every step's latest state,
+    including those not yet submitted (PENDING, reason "Waiting"), and how it came about
+    (``StepRecord.origin``).
     """
 
     def __init__(
@@ -538,9 +553,11 @@ class StudyRun:
         max_parallel: int | None = None,
         on_change: Callable[[StepRecord], None] | None = None,
         replace: bool = False,
+        rerun: bool | Iterable[str] = False,
     ) -> None:
         self.study = study
         self.replace = replace
+        self.rerun = _rerun_set(study, rerun)
         self.session = session
         self.records = {
             s.name: StepRecord(
@@ -620,6 +637,7 @@ class StudyRun:
                 after=after,
                 backend=backend,  # type: ignore[arg-type]
                 replace=self.replace,
+                rerun=step.name in self.rerun,
             )
         except (StudyBusy, ClusterUnreachable):
             raise  # not this step's fault: the whole run cannot start or go on
@@ -629,6 +647,7 @@ class StudyRun:
         self._handles[step.name] = handle
         _log.info('step "%s" submitted to the %s backend', step.name, handle.backend.kind)
         record.backend = handle.backend.kind
+        record.handle = handle
         handle.add_listener(self._forward)
         self._forward(handle)
         await handle.wait()
@@ -683,6 +702,26 @@ class StudyRun:
         }
 
 
+def _rerun_set(study: Study, rerun: bool | Iterable[str]) -> frozenset[str]:
+    """Return the steps to run anew: ``rerun``'s and every step depending on them."""
+    if rerun is True:
+        return frozenset(s.name for s in study.steps)
+    if rerun is False:
+        return frozenset()
+    names = list(rerun)
+    known = {s.name for s in study.steps}
+    for name in names:
+        if name not in known:
+            raise StudyError(
+                f'--rerun: study "{study.name}" has no step "{name}"{_did_you_mean(name, known)}'
+            )
+    chosen = set(names)
+    for step in graphlib.TopologicalSorter(study.depends).static_order():
+        if any(dep in chosen for dep in study.depends.get(step, ())):
+            chosen.add(step)
+    return frozenset(chosen)
+
+
 def _record_json(record: StepRecord) -> dict[str, Any]:
     r = record.result
 
@@ -696,6 +735,7 @@ def _record_json(record: StepRecord) -> dict[str, Any]:
         "message": r.message,
         "exit_code": r.exit_code,
         "backend": record.backend,
+        "origin": record.origin,
         # This run's spans, as its driver saw them (sub-second): queued, running, ended.
         "queued": stamp(record.queued_at),
         "started": None if record.adopted else stamp(record.running_at or r.started_at),

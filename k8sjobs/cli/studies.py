@@ -69,7 +69,23 @@ def add_study_commands(commands: Any, common: Common) -> None:
     run.add_argument(
         "--replace",
         action="store_true",
-        help="run every step anew (default: adopt steps that succeeded with the same spec)",
+        help="stop a step still running from another spec and run the new one (default: "
+        "refuse it); an ended step of another spec is always replaced",
+    )
+    run.add_argument(
+        "--rerun",
+        action="append",
+        default=[],
+        metavar="STEP[,STEP]",
+        help="run these steps and their dependents anew, even if their result is recorded",
+    )
+    run.add_argument(
+        "--rerun-all", action="store_true", help="run every step anew (the records are replaced)"
+    )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither reuse nor record results: every step runs (docs/reruns.md)",
     )
     run.set_defaults(func=_cmd_run)
 
@@ -217,6 +233,7 @@ def _session(args: argparse.Namespace, study: str) -> Session:
         **({"handoff_image": args.handoff_image} if hasattr(args, "handoff_image") else {}),
         log_dir=args.state_dir / "logs",
         keep_failed=getattr(args, "keep_failed", False),
+        cache=not getattr(args, "no_cache", False),
         options=_local_options(args) if args.backend == "local" else None,
     )
 
@@ -245,6 +262,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             max_parallel=args.max_parallel,
             on_change=lambda record: display.update(record.result),
             replace=args.replace,
+            rerun=True if args.rerun_all else [n for a in args.rerun for n in a.split(",") if n],
         )
         run.record_to(args.state_dir / "runs")
         try:

@@ -313,3 +313,33 @@ def test_status_prints_each_retry_and_the_rule_that_ended_the_step(tmp_path: Pat
     assert "the script exited with code 3 (counted against retries)" in lines[0]
     assert "the script exited with code 42 (the step fails)" in lines[1]
     assert "fail_on_exit_codes" in status
+
+
+def test_rerun_runs_the_named_steps_and_their_dependents_and_no_cache_runs_all(
+    tmp_path: Path,
+) -> None:
+    count = tmp_path / "count"
+    steps = "".join(
+        f"  - name: {name}\n    script: echo {name} >> {count}; echo {name} > out.txt\n"
+        f"    outputs: {{out: out.txt}}\n" + (f"    inputs: {{up: {up}.out}}\n" if up else "")
+        for name, up in (("a", None), ("b", "a"), ("c", None))
+    )
+    study_file(tmp_path, f"name: reruns\nsteps:\n{steps}")
+
+    def ran() -> list[str]:
+        return count.read_text().split()
+
+    k8sjobs(tmp_path, "run", "study.yaml", check=0)
+    again = k8sjobs(tmp_path, "run", "study.yaml", check=0)
+    assert sorted(ran()) == ["a", "b", "c"]  # the second run reused all three
+    assert again.stdout.count("Cached") >= 3 or "reused" in again.stdout, again.stdout
+    k8sjobs(tmp_path, "run", "study.yaml", "--rerun", "a", check=0)
+    assert sorted(ran()) == ["a", "a", "b", "b", "c"]  # a and its dependent b
+    k8sjobs(tmp_path, "run", "study.yaml", "--rerun-all", check=0)
+    assert len(ran()) == 8
+    k8sjobs(tmp_path, "run", "study.yaml", "--no-cache", check=0)
+    assert len(ran()) == 11
+    wrong = k8sjobs(tmp_path, "run", "study.yaml", "--rerun", "aa", check=2)
+    assert wrong.stderr.strip().splitlines() == [
+        'error: --rerun: study "reruns" has no step "aa"; did you mean "a"?'
+    ]
