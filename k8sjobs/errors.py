@@ -81,6 +81,13 @@ _CREDENTIAL_PATTERNS = (
 )
 
 
+# user:password@ opening a reference or a store location written without a scheme
+# ("robot:pw@host/repo:tag"), as a word of its own or quoted.
+_BARE_USERINFO = re.compile(
+    r"(?:^|(?<=[\s\"'(\[]))[^\s/@\"':(\[]+:[^\s/@\"']*@(?!sha256:|sha512:)(?=[A-Za-z0-9\[])"
+)
+
+
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """Return ``text`` with credentials replaced by "[redacted]": Authorization values,
     userinfo in URLs, ``password=``-like fields, and each of ``secrets`` (as given and as
@@ -90,6 +97,7 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(secret, REDACTED)
     text = _CREDENTIAL_PATTERNS[0].sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
     text = _CREDENTIAL_PATTERNS[1].sub(lambda m: f"{m[1]}{REDACTED}@", text)
+    text = _BARE_USERINFO.sub(f"{REDACTED}@", text)
     return _CREDENTIAL_PATTERNS[2].sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
 
 

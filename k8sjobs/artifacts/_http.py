@@ -44,6 +44,14 @@ BodyFactory = Callable[[], Any]
 READ_BUFFER = 4 * 1024 * 1024
 # The most a small JSON answer (a token, a page of tags) may be: more is a hostile server.
 MAX_JSON_BYTES = 16 * 1024 * 1024
+# Redirects followed for one request (aiohttp's default too); a blob GET needs one or two.
+MAX_REDIRECTS = 10
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+def _short(url: yarl.URL) -> str:
+    """Return a URL without its query and fragment: what an error may show of it."""
+    return str(url.with_query(None).with_fragment(None))
 
 
 @dataclass(frozen=True)
@@ -264,10 +272,28 @@ class Transport:
                 f"Registry {host} asked for a bearer token but gave no realm."
             )
         query = _auth.token_query(challenge, scope)
+        try:
+            url = yarl.URL(realm).update_query(query)
+        except (TypeError, ValueError):
+            raise AuthenticationError(f"Registry {host} named an unreadable token realm.") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise AuthenticationError(
+                f"Registry {host} named the token realm {_short(url)}, not an http(s) URL."
+            )
+        if creds and url.scheme == "http" and not self.plain_http:
+            raise AuthenticationError(
+                f"Registry {host} (https) named the plain-http token realm {_short(url)}; "
+                "k8sjobs does not send its credentials there in clear text."
+            )
+        # The realm is the one other origin the registry's credentials go to, because the
+        # registry itself named it in its own challenge (as Docker Hub names auth.docker.io);
+        # a host the token server redirects to gets none (_follow).
         headers = {"Authorization": creds.basic_header()} if creds else {}
 
         async def attempt() -> str:
-            async with self.session().get(realm, params=query, headers=headers) as resp:
+            what = f"Getting a token for {host}"
+            resp = await self._follow("GET", str(url), headers, None, url.origin(), what)
+            async with resp:
                 if resp.status in (401, 403):
                     raise AuthenticationError(
                         f"The token server {realm} refused "
@@ -323,26 +349,85 @@ class Transport:
         ok: tuple[int, ...],
     ) -> aiohttp.ClientResponse:
         # Credentials go to the registry's own origin only: an upload Location or a tags Link
-        # naming another host gets none (as aiohttp does for redirects).
-        ours = yarl.URL(url).origin() == yarl.URL(self.base_url(host)).origin()
+        # naming another host gets none, nor does a host a redirect leads to (_follow).
+        origin = yarl.URL(self.base_url(host)).origin()
+        ours = yarl.URL(url).origin() == origin
         for round_ in range(2):
             all_headers = dict(headers or {})
             authorization = await self._authorization(host, scope) if ours else None
             if authorization:
                 all_headers["Authorization"] = authorization
-            resp = await self.session().request(
-                method,
-                url,
-                headers=all_headers,
-                data=body() if body else None,
-                allow_redirects=True,
-            )
+            resp = await self._follow(method, url, all_headers, body, origin, what)
             if resp.status != 401 or round_ == 1 or not ours:
                 break
+            if resp.url.origin() != origin:
+                # A storage host the registry redirected to: its challenge is its own, and
+                # the registry's credentials (or a token fetched with them) are not for it.
+                resp.release()
+                raise AuthenticationError(
+                    f"{what}: the registry redirected to {resp.url.origin()}, which answered "
+                    "HTTP 401; its challenge is not the registry's, so no credentials were "
+                    "sent to it (the registry's storage must accept the redirect as it is)."
+                )
             challenge_header = resp.headers.get("WWW-Authenticate", "")
             resp.release()
             await self._learn_challenge(host, scope, challenge_header, authorization, what)
         return await self._check(resp, ok, method, what)
+
+    async def _follow(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: BodyFactory | None,
+        origin: yarl.URL,
+        what: str,
+    ) -> aiohttp.ClientResponse:
+        """Send one request, following redirects here rather than in aiohttp, and return the
+        final response. An Authorization header goes to ``origin`` (the registry's) only; a
+        loop, a Location that is missing or not http(s), or too many hops is a RegistryError
+        naming ``what`` and what the server did. URLs are named without their query, which
+        may hold a signature (a pre-signed storage URL)."""
+        current = yarl.URL(url)
+        seen = {current}
+        for _ in range(MAX_REDIRECTS + 1):
+            sent = {k: v for k, v in headers.items() if k != "Authorization"}
+            if current.origin() == origin and "Authorization" in headers:
+                sent["Authorization"] = headers["Authorization"]
+            resp = await self.session().request(
+                method,
+                current,
+                headers=sent,
+                data=body() if body else None,
+                allow_redirects=False,
+            )
+            if resp.status not in _REDIRECTS:
+                return resp
+            location = resp.headers.get("Location")
+            resp.release()
+            where = f"{what}: {_short(current)} answered HTTP {resp.status} (a redirect)"
+            if not location:
+                raise RegistryError(f"{where} with no Location; the registry is misconfigured.")
+            try:
+                target = current.join(yarl.URL(location))
+            except ValueError:
+                raise RegistryError(f"{where} to an unreadable Location.") from None
+            if target.scheme not in ("http", "https"):
+                raise RegistryError(
+                    f"{where} to a {target.scheme or 'relative'}: URL; only http and https "
+                    "redirects are followed."
+                )
+            if target in seen:
+                raise RegistryError(
+                    f"{where} back to {_short(target)}, a loop; the registry is misconfigured."
+                )
+            seen.add(target)
+            if resp.status == 303 or (resp.status in (301, 302) and method == "POST"):
+                method, body = "GET", None  # as browsers and aiohttp do
+            current = target
+        raise RegistryError(
+            f"{what}: more than {MAX_REDIRECTS} redirects (the last to {_short(current)})."
+        )
 
     async def _learn_challenge(
         self, host: str, scope: str, header: str, sent: str | None, what: str

@@ -20,6 +20,8 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
 DEFAULT_TAG = "latest"
+# What may follow "@" in a reference: a digest, by the OCI grammar of any algorithm.
+_ANY_DIGEST = re.compile(r"(?:sha256|sha512):.*|[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,18 @@ def pin(reference: str, digest: str) -> str:
     return f"{repository}@{digest}"
 
 
+def redact(text: str) -> str:
+    """Return a reference or store location with any credentials in it (``user:password@``
+    before the host, with or without a scheme) replaced by ``[redacted]@``: the only form in
+    which an error message or a log line may show one the user wrote."""
+    scheme, sep, rest = text.rpartition("://")
+    head, slash, tail = rest.partition("/")
+    host = head.rpartition("@")[2]
+    if "@" not in head or _ANY_DIGEST.fullmatch(host):
+        return text  # "repo@sha256:..." is a digest, not credentials
+    return f"{scheme}{sep}[redacted]@{host}{slash}{tail}"
+
+
 def looks_like_host(component: str) -> bool:
     """Return True when a reference's first component names a registry host (Docker's rule)."""
     return "." in component or ":" in component or component == "localhost"
@@ -90,7 +104,7 @@ def check_repository(name: str, what: str) -> str:
 
 def parse_reference(text: str) -> Reference:
     """Return the Reference that ``text`` spells, or raise InvalidReference saying why."""
-    what = f"Reference {text[:200]!r}"
+    what = f"Reference {redact(text)[:200]!r}"
     if not text:
         raise InvalidReference('Reference is empty; write "repository:tag", e.g. "study/a:v1".')
     registry = None

@@ -25,6 +25,7 @@ from ..errors import (
     InvalidReference,
     LimitExceeded,
     RegistryError,
+    UploadFailed,
 )
 from . import _media, _transfer
 from ._auth import Credentials
@@ -43,7 +44,7 @@ from ._http import (
 )
 from ._limits import Budget, PullLimits
 from ._media import Descriptor
-from ._reference import Reference, check_host, check_repository, parse_reference
+from ._reference import Reference, check_host, check_repository, parse_reference, redact
 from ._streams import (
     ArchivePipe,
     BlobSink,
@@ -102,6 +103,18 @@ class _FileRange(aiohttp.payload.Payload):
         raise TypeError("a file range is not text")
 
 
+def _location(resp: aiohttp.ClientResponse, base: str, what: str) -> str:
+    """Return the URL an upload goes on at: the answer's Location, resolved against
+    ``base``; a 202 without one is an UploadFailed naming ``what`` (never a KeyError)."""
+    location = resp.headers.get("Location")
+    if not location:
+        raise UploadFailed(
+            f"{what}: the registry answered HTTP {resp.status} without the Location header "
+            "an upload goes on at (OCI distribution spec); the registry is misbehaving."
+        )
+    return urljoin(base, location)
+
+
 def _too_large_tags(repository: str, size: int) -> None:
     raise LimitExceeded(f"Listing tags of {repository}: a page of the answer is {size} bytes.")
 
@@ -130,8 +143,8 @@ class Registry(_transfer.StoreFront):
     ) -> None:
         host, _, prefix = location.strip("/").partition("/")
         if not host:
-            raise InvalidReference(f'Registry location "{location}" names no host.')
-        what = "Registry location " + (repr(location) if "@" not in host else "(redacted)")
+            raise InvalidReference(f'Registry location "{redact(location)}" names no host.')
+        what = f"Registry location {redact(location)!r}"
         check_host(host, what)
         if prefix:
             check_repository(prefix, what)
@@ -218,7 +231,7 @@ class Registry(_transfer.StoreFront):
             idempotent=True,
         )
         resp.release()
-        return urljoin(self._url(ref, ""), str(resp.headers["Location"]))
+        return _location(resp, self._url(ref, ""), what)
 
     @staticmethod
     def _with_query(url: str, **params: str) -> str:
@@ -322,7 +335,7 @@ class Registry(_transfer.StoreFront):
             body=body,
         )
         resp.release()
-        return urljoin(url, str(resp.headers["Location"]))
+        return _location(resp, url, what)
 
     async def _patch_chunks(
         self,

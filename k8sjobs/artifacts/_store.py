@@ -11,6 +11,7 @@ from ..errors import InvalidReference
 from . import _media
 from ._layout import OCILayout
 from ._limits import PullLimits
+from ._reference import redact
 from ._tarball import Compression
 from ._transfer import ProgressCallback, PullResult, PushResult
 
@@ -88,7 +89,7 @@ def open_store(
         return OCILayout(path, concurrency=concurrency)
     if not location or "://" in location:
         raise InvalidReference(
-            f'Store location "{location}" must be "oci:<dir>" or "host[:port][/prefix]" '
+            f'Store location "{redact(location)}" must be "oci:<dir>" or "host[:port][/prefix]" '
             "(no scheme: pass plain_http=True for an HTTP registry)."
         )
     from ._registry import Registry

@@ -526,6 +526,12 @@ async def _pull_manifest(
 ) -> PullResult:
     target = await anyio.to_thread.run_sync(_make_target, target)
     layers = [layer for layer in manifest.layers if layer.title]
+    if manifest.layers and not layers:
+        raise RegistryError(
+            f"{display or ref}: none of its {len(manifest.layers)} layers has a title "
+            f"({_media.TITLE}), so none names a file: it is a container image, not a file "
+            "artifact. k8sjobs pulls what k8sjobs or oras pushed."
+        )
     for layer in layers:
         _layer_destination(target, layer)  # refuse a hostile title before fetching anything
     overlap = overlapping_titles([layer.title or "" for layer in layers])

@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .._textfile import read_text_file
-from ..artifacts._reference import parse_reference
+from ..artifacts._reference import parse_reference, redact
 from .failure import Disruptions, check_exit_code_rules, check_exit_codes
 from .names import check_label_key
 from .quantity import parse_bytes as parse_quantity
@@ -178,7 +178,11 @@ def _field_error(
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # hide_input_in_errors: pydantic would append the whole input (env values, references
+    # with credentials) to every error; the messages name the field and what is wrong.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, hide_input_in_errors=True
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -383,7 +387,7 @@ def _check_reference(key: str, ref: str) -> None:
         except ValueError as exc:  # InvalidReference, or a codec error on a bad host
             why = str(exc).rstrip(".")
     raise ValueError(
-        f'"{key}": "{ref}" is not an artifact reference ({why}); write "repository:tag", '
+        f'"{key}": "{redact(ref)}" is not an artifact reference ({why}); write "repository:tag", '
         '"host[:port]/repository:tag" or another step\'s output'
     )
 

@@ -1,7 +1,9 @@
 """A registry that says what a test tells it to: a real HTTP server (aiohttp, 127.0.0.1)
 serving manifests and blobs from memory, in pieces of ``chunk`` bytes, recording every
 request. The artifact tests use it where a real registry would never misbehave: fuzzed or
-oversized manifests, hostile digests, bodies that trickle or stall, echoed credentials."""
+oversized manifests, hostile digests, bodies that trickle or stall, echoed credentials,
+redirects to storage hosts (which may challenge), loops and odd schemes, uploads answered
+without a Location, manifests served under any Content-Type."""
 
 from __future__ import annotations
 
@@ -55,6 +57,11 @@ class HostileRegistry:
     basic_user: tuple[str, str] | None = None  # require these credentials (basic auth)
     echo_authorization: bool = False  # answer 400 with the Authorization header in the body
     tags_next: str | None = None  # answer tags/list with one tag and a Link to this URL
+    challenge: str | None = None  # answer every request 401 with this WWW-Authenticate
+    blob_redirect: str | None = None  # answer blob GETs 307 to this ("{digest}" filled in)
+    redirect_status: int = 307
+    upload_location: bool = True  # False: POST blobs/uploads/ answers 202 with no Location
+    content_types: dict[str, str] = field(default_factory=dict)  # a manifest's, by tag
     requests: list[tuple[str, str]] = field(default_factory=list)
     authorizations: list[str] = field(default_factory=list)  # every Authorization received
     port: int = 0
@@ -65,10 +72,19 @@ class HostileRegistry:
     def location(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def put(self, tag: str, manifest: bytes, blobs: dict[str, bytes] | None = None) -> str:
-        """Serve ``manifest`` under ``tag`` and its digest; return the digest."""
+    def put(
+        self,
+        tag: str,
+        manifest: bytes,
+        blobs: dict[str, bytes] | None = None,
+        content_type: str | None = None,
+    ) -> str:
+        """Serve ``manifest`` under ``tag`` and its digest (as ``content_type``, default the
+        OCI manifest's); return the digest."""
         digest = digest_of(manifest)
         self.manifests[tag] = self.manifests[digest] = manifest
+        if content_type is not None:
+            self.content_types[tag] = self.content_types[digest] = content_type
         for data in (blobs or {}).values():
             self.blobs[digest_of(data)] = data
         return digest
@@ -92,6 +108,10 @@ class HostileRegistry:
                 return web.Response(
                     status=401, headers={"WWW-Authenticate": 'Basic realm="hostile"'}
                 )
+        if self.challenge is not None:
+            return web.Response(status=401, headers={"WWW-Authenticate": self.challenge})
+        if not self.upload_location and request.method == "POST":
+            return web.Response(status=202)  # no Location: where would the upload go on?
         if self.echo_authorization:
             body = {"errors": [{"code": "DENIED", "message": f"bad request with {auth}"}]}
             return web.json_response(body, status=400)
@@ -100,11 +120,15 @@ class HostileRegistry:
             return web.json_response({"tags": [f"t{self.port}"]}, headers=link)
         parts = request.path.split("/")
         kind, key = parts[-2], parts[-1]
+        if kind == "blobs" and self.blob_redirect is not None and request.method == "GET":
+            location = self.blob_redirect.format(digest=key)
+            return web.Response(status=self.redirect_status, headers={"Location": location})
         store = self.manifests if kind == "manifests" else self.blobs
         if kind not in ("manifests", "blobs") or key not in store:
             return web.json_response({"errors": [{"code": "UNKNOWN"}]}, status=404)
         data = store[key]
-        headers = {"Content-Type": MANIFEST if kind == "manifests" else "application/octet-stream"}
+        default = MANIFEST if kind == "manifests" else "application/octet-stream"
+        headers = {"Content-Type": self.content_types.get(key, default)}
         if kind == "manifests":
             headers["Docker-Content-Digest"] = digest_of(data)
         if request.method == "HEAD":

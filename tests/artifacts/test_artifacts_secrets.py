@@ -18,9 +18,11 @@ from k8sjobs.artifacts import (
     AuthenticationError,
     Credentials,
     InvalidReference,
+    OCILayout,
     Registry,
     RegistryError,
     open_store,
+    parse_reference,
 )
 from k8sjobs.artifacts._auth import run_credential_helper
 from k8sjobs.errors import scrub
@@ -133,3 +135,90 @@ async def test_credentials_never_follow_a_link_to_another_host() -> None:
                 tags = await registry.tags("r")
     assert tags == sorted([f"t{own.port}", f"t{elsewhere.port}"])
     assert own.authorizations and not elsewhere.authorizations
+
+
+# -- issue 25 item 12: credentials written into a reference are redacted wherever shown ---
+
+CRED_REF = f"robot:{SECRET}@registry.example:5000/team/x:v1"
+
+
+def _shown(exc: BaseException) -> str:
+    return f"{exc}\n{exc!r}"
+
+
+def _redacted(text: str) -> None:
+    assert SECRET not in text and "robot:" not in text, text
+    assert "[redacted]@registry.example:5000" in text, text
+
+
+def test_a_reference_with_credentials_is_refused_without_echoing_them() -> None:
+    """The error echoed the password: ``Reference 'robot:S3cret...@...'`` (failed on main)."""
+    with pytest.raises(InvalidReference) as caught:
+        parse_reference(CRED_REF)
+    _redacted(_shown(caught.value))
+
+
+@pytest.mark.parametrize("how", ["registry-pull", "registry-push", "layout-pull", "exists"])
+async def test_every_store_call_redacts_a_reference_with_credentials(
+    tmp_path: Path, how: str
+) -> None:
+    store = (
+        OCILayout(tmp_path / "layout")
+        if how.startswith("layout")
+        else Registry("127.0.0.1:9", plain_http=True)
+    )
+    (tmp_path / "f").write_text("x\n")
+    with pytest.raises(InvalidReference) as caught:
+        if how.endswith("push"):
+            await store.push(CRED_REF, [tmp_path / "f"])
+        elif how == "exists":
+            await store.exists(CRED_REF)
+        else:
+            await store.pull(CRED_REF, tmp_path / "out")
+    _redacted(_shown(caught.value))
+
+
+def test_a_step_input_with_credentials_is_refused_without_echoing_them() -> None:
+    from k8sjobs import Step
+
+    with pytest.raises(ValueError) as caught:
+        Step(name="s", script="true", inputs={"data": CRED_REF})
+    _redacted(_shown(caught.value))
+
+
+@pytest.mark.parametrize("verb", ["pull", "push", "rm"])
+def test_the_artifact_command_redacts_a_reference_with_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    from k8sjobs.cli.main import main
+
+    (tmp_path / "f").write_text("x\n")
+    extra = {"pull": [str(tmp_path / "out")], "push": [str(tmp_path / "f")], "rm": []}[verb]
+    code = main(["artifact", verb, CRED_REF, *extra, "--store", f"oci:{tmp_path / 'l'}"])
+    captured = capsys.readouterr()
+    assert code == 1
+    _redacted(captured.err)
+    assert SECRET not in captured.out
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        f"robot:{SECRET}@registry.example:5000",
+        f"https://robot:{SECRET}@registry.example:5000/team",
+        f"robot:{SECRET}@registry.example:5000/Bad_Prefix",
+    ],
+)
+def test_a_store_location_with_credentials_is_redacted_in_every_message(location: str) -> None:
+    with pytest.raises(InvalidReference) as caught:
+        open_store(location)
+    _redacted(_shown(caught.value))
+
+
+def test_scrub_redacts_bare_userinfo_but_not_digests_or_mail() -> None:
+    assert scrub(f"Reference '{CRED_REF}'") == (
+        "Reference '[redacted]@registry.example:5000/team/x:v1'"
+    )
+    digest = "sha256:" + "a" * 64
+    for kept in (f"team/x@{digest}", f"x:v1@{digest}", "bob@example.com wrote"):
+        assert scrub(kept) == kept
