@@ -15,6 +15,7 @@
     ├── ClusterUnreachable    the API server cannot be used: not reached, TLS, 401/403 at
     │                         start, or lost for longer than ``outage_timeout``
     ├── StudyError            a study file or DAG that cannot run (cycle, unknown step)
+    ├── ConfigError           a kubeconfig that is not there or cannot be used
     └── RegistryError         storing or fetching an artifact failed
         ├── InvalidReference      a reference or store location that cannot be parsed
         ├── AuthenticationError   credentials missing, wrong, or refused (401/403)
@@ -45,6 +46,7 @@ __all__ = [
     "ArtifactNotFound",
     "AuthenticationError",
     "ClusterUnreachable",
+    "ConfigError",
     "Conflict",
     "DigestMismatch",
     "Forbidden",
@@ -129,6 +131,13 @@ class SessionClosed(K8sJobsError):
 
 class StudyError(K8sJobsError):
     """A study cannot run as written: a cycle, an unknown step or output, a bad file."""
+
+
+class ConfigError(K8sJobsError, FileNotFoundError):
+    """A kubeconfig that is not there, not YAML, or without what a client needs.
+
+    A ``FileNotFoundError`` too, which ``load_config`` raised before this class existed.
+    """
 
 
 class StudyBusy(K8sJobsError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -27,6 +28,7 @@ from ..artifacts._store import ArtifactStore, open_store
 from ..artifacts._tarball import Compression
 from ..artifacts._transfer import ProgressEvent
 from ..errors import RegistryError
+from .options import UsageError, print_error
 
 
 class ProgressBars:
@@ -68,7 +70,7 @@ def _parse_annotations(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise RegistryError(f'Annotation "{item}" must be written key=value.')
+            raise UsageError(f'--annotation "{item}": write it key=value.')
         out[key] = value
     return out
 
@@ -124,14 +126,26 @@ async def _rm(args: argparse.Namespace) -> None:
         await store.delete(args.reference)
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse a path to push that is not there: the user's mistake, before any transfer."""
+    missing = [p for p in args.paths if not os.path.lexists(p)]
+    if missing:
+        raise UsageError(f"k8sjobs artifact push: {missing[0]}: no such file or directory")
+
+
 def _runner(
     command: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
+    check: Callable[[argparse.Namespace], None] | None = None,
 ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        if check is not None:
+            check(args)
         try:
             asyncio.run(command(args))
-        except (RegistryError, ValueError) as exc:
-            print(f"k8sjobs artifact: {exc}", file=sys.stderr)
+        except RegistryError as exc:
+            if isinstance(exc, ValueError):  # a reference or store that cannot be parsed
+                raise  # bad input: main prints it, exit code 2
+            print_error(str(exc))  # not found, refused, unreachable: exit code 1
             return 1
         return 0
 
@@ -206,7 +220,7 @@ def add_artifact_commands(subparsers: Any, common: Any) -> argparse.ArgumentPars
         help='directories: "none", "gzip[:level]" or "zstd[:level]" '
         "(default gzip, its level fitted to the data)",
     )
-    push.set_defaults(func=_runner(_push))
+    push.set_defaults(func=_runner(_push, _check_paths))
 
     pull = commands.add_parser("pull", help="pull an artifact's files into a directory")
     pull.add_argument("reference", help="repository:tag or repository@digest, e.g. study/train:v1")

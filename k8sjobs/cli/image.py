@@ -97,7 +97,9 @@ async def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_commands(args: argparse.Namespace) -> int:
-    from ..artifacts.image import DEFAULT_PLATFORMS, build_commands
+    from ..artifacts.image import DEFAULT_PLATFORMS, Platform, build_commands
 
+    for platform in args.platform or ():
+        Platform.parse(platform)  # refuse what the commands could not build
     print(build_commands(args.destination, args.platform or DEFAULT_PLATFORMS))
     return 0

@@ -26,14 +26,12 @@ import sys
 from collections.abc import Sequence
 
 from pydantic import ValidationError
-from rich.console import Console
-from rich.text import Text
 
 from .._version import __version__
 from ..errors import K8sJobsError
 from .artifact import add_artifact_commands
 from .image import add_image_commands
-from .options import BACKEND, Parser, UsageError, add_globals
+from .options import BACKEND, Parser, UsageError, add_globals, print_error
 from .rbac import add_rbac_command
 from .studies import add_study_commands
 
@@ -70,8 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except (UsageError, K8sJobsError, ValidationError, ValueError, OSError) as exc:
-        error = Text("error: ", style="bold red").append(str(exc))
-        Console(stderr=True, soft_wrap=True).print(error, highlight=False)
+        print_error(str(exc))
         return 2
 
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rich.console import Console
+from rich.text import Text
+
 from ..render.manifests import HANDOFF_IMAGE
+from ..steps.spec import check_dns_label
 
 __all__ = [
     "GLOBALS",
@@ -26,7 +30,9 @@ __all__ = [
     "add_globals",
     "add_study",
     "add_target",
+    "in_cli_words",
     "positive_int",
+    "print_error",
     "quote",
     "split_study_args",
     "study_name",
@@ -83,6 +89,7 @@ GLOBALS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         ("-n", "--namespace"),
         {
             "default": None,
+            "type": lambda v: _argtype(check_dns_label, v, "namespace"),
             "metavar": "NAMESPACE",
             "help": "the Kubernetes namespace (default the context's namespace, else default)",
         },
@@ -187,6 +194,15 @@ def study_name(args: argparse.Namespace, command: str) -> str:
     )
 
 
+def _argtype(check: Callable[[str, str], object], value: str, what: str) -> str:
+    """Return ``value`` once ``check`` passed it; its ValueError is argparse's error."""
+    try:
+        check(value, what)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def positive_int(value: str) -> int:
     """Return ``value`` as an int of at least 1 (an argparse ``type``)."""
     try:
@@ -201,3 +217,28 @@ def positive_int(value: str) -> int:
 def quote(*words: str) -> str:
     """Return a command line a person can paste into a shell (each word shell-quoted)."""
     return " ".join(shlex.quote(w) for w in words)
+
+
+def print_error(message: str) -> None:
+    """Print ``message`` as one ``error:`` line on stderr, in the CLI's words."""
+    text = " ".join(in_cli_words(message).split())  # one line, whatever the message held
+    error = Text("error: ", style="bold red").append(text)
+    Console(stderr=True, soft_wrap=True).print(error, highlight=False)
+
+
+# The Python API's words in messages, and what a shell user types instead.
+_CLI_WORDS = (
+    ("pass kubeconfig=...", "give --kubeconfig FILE (or run on this machine: --backend local)"),
+    ("pass plain_http=True", "give --plain-http"),
+    ("plain_http=True", "--plain-http"),
+    ("pass ca_file", "give --ca-file"),
+    ("max_parallel", "--max-parallel"),
+    ("handoff_image=", "--handoff-image "),
+)
+
+
+def in_cli_words(message: str) -> str:
+    """Return ``message`` with the API's parameter names replaced by the CLI's options."""
+    for api, cli in _CLI_WORDS:
+        message = message.replace(api, cli)
+    return message

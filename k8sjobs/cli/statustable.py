@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -299,4 +300,5 @@ class Progress:
             if not r.ok:
                 where = f"; log: {r.log_file}" if r.log_file else ""
                 self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
-        self.console.print(f"timeline: k8sjobs report {study} (run data in {saved})")
+        hint = shlex.join(["k8sjobs", "report", study])  # pasted into a shell as it is
+        self.console.print(f"timeline: {hint} (run data in {saved})", highlight=False, markup=False)

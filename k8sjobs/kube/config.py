@@ -7,12 +7,15 @@ The token lives in a field that no repr, log line or exception text shows.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..errors import ConfigError
 
 __all__ = ["ClusterConfig", "kubeconfig_path", "load_config"]
 
@@ -39,14 +42,15 @@ async def load_config(
 ) -> ClusterConfig:
     """Return the cluster config: ``kubeconfig`` (or $KUBECONFIG, ~/.kube/config), else in-cluster.
 
-    Raises ``FileNotFoundError`` naming the places looked at when there is neither.
+    Raises ``ConfigError`` (a ``FileNotFoundError``) naming the places looked at when there
+    is neither, and naming the file and what is wrong with it when it cannot be used.
     """
     path = kubeconfig_path(kubeconfig)
     if path is not None:
         return await _from_kubeconfig(path, context)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and (_SA_DIR / "token").exists():
         return await _in_cluster()
-    raise FileNotFoundError(
+    raise ConfigError(
         "No Kubernetes configuration found: pass kubeconfig=..., set KUBECONFIG, create "
         "~/.kube/config, or run inside a pod with a service account."
     )
@@ -65,13 +69,26 @@ def kubeconfig_path(explicit: str | os.PathLike[str] | None) -> str | None:
 
 
 async def _from_kubeconfig(path: str, context: str | None) -> ClusterConfig:
+    import yaml
     from kubernetes_asyncio import config as kconfig
     from kubernetes_asyncio.client import Configuration
 
+    if not await asyncio.to_thread(os.path.isfile, path):
+        raise ConfigError(f"kubeconfig {path}: no such file.")
     target = Configuration()
-    loader = await kconfig.load_kube_config(
-        config_file=path, context=context, client_configuration=target, persist_config=False
-    )
+    try:
+        loader = await kconfig.load_kube_config(
+            config_file=path, context=context, client_configuration=target, persist_config=False
+        )
+    except (kconfig.ConfigException, yaml.YAMLError) as exc:
+        why = " ".join(str(exc).split())  # the loader's own words, on one line
+        raise ConfigError(f"kubeconfig {path} cannot be used: {why}") from None
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        # A field of the wrong shape (clusters: 3) fails deep inside the loader.
+        raise ConfigError(
+            f"kubeconfig {path} is malformed: a field has the wrong shape ({exc}); "
+            "kubectl config view --kubeconfig FILE shows it"
+        ) from None
     current = loader.current_context or {}
     namespace = (current.get("context") or {}).get("namespace")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 from pathlib import Path
 
 from ..errors import StudyBusy
@@ -48,8 +49,9 @@ class StudyLock:
             os.close(fd)
             raise StudyBusy(
                 f'study "{self.study}" is being run by another driver (pid {holder}) on this '
-                f"machine: wait for it to end, watch it with `k8sjobs status --study "
-                f"{self.study}`, or stop it with `k8sjobs cancel --study {self.study}`"
+                "machine: wait for it to end, watch it with "
+                f"{shlex.join(['k8sjobs', 'status', '--study', self.study])}, or stop it with "
+                f"{shlex.join(['k8sjobs', 'cancel', '--study', self.study])}"
             ) from None
         except BaseException:
             os.close(fd)
