@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .. import _gcpace
+from ._admission import PodAdmission
 from ._apiserver import ApiServer
 from ._controller import ControllerConfig, JobController
 from ._eviction import evict
@@ -28,6 +29,7 @@ from ._faults import Faults, RequestLog
 from ._flux_operator import FluxOperator
 from ._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
 from ._namespaces import NamespaceController
+from ._quota import QuotaController
 from ._resources import Validator
 from ._store import Obj, Store
 from ._tls import make_certificates
@@ -89,6 +91,7 @@ class FakeCluster:
             config.handoff = handoff
         if config.root is None:
             config.root = self.directory / "pods"
+        self.store.admission = [PodAdmission(self.store), QuotaController(self.store)]
         self.controller = JobController(self.store, controller)
         self.kubelet = Kubelet(self.store, config)
         self.namespaces = NamespaceController(self.store)

@@ -66,6 +66,11 @@ class ControllerConfig:
     backoff_base: float = 10.0
     backoff_max: float = 360.0
     time_scale: float = 1.0
+    #: After a sync whose pod creation the API server refused (FailedCreate), the Job is
+    #: synced again after this delay, doubling per failure up to `api_backoff_max`: the
+    #: real controller's work-queue rate limit (1 s to 60 s; 1, 2, 4, 8, 16 s recorded).
+    api_backoff_base: float = 1.0
+    api_backoff_max: float = 60.0
 
 
 @dataclass
@@ -79,6 +84,8 @@ class _Outcome:
     ignored: list[Obj]
     failjob_message: str | None = None
     failed_indexes: set[int] = field(default_factory=set)
+    # Whether the API server refused a pod this sync (the Job is retried with backoff).
+    create_failed: bool = False
     # Failed pods whose finalizer waits until their index has a replacement (which copies
     # their failure count), under backoffLimitPerIndex: neither counted nor released yet.
     delayed: list[Obj] = field(default_factory=list)
@@ -102,6 +109,8 @@ class JobController:
         self._failed_at: dict[str, dict[str, float]] = {}
         self._finished: dict[str, float] = {}
         self._generations: dict[str, int] = {}
+        # Per Job (namespace, name): syncs in a row whose pod creation failed.
+        self._create_failures: dict[tuple[str, str], int] = {}
         store.listen(self._on_event)
 
     def start(self) -> None:
@@ -227,6 +236,18 @@ class JobController:
             self._resume(job, status)
             outcome.active += self._create_pods(job, status, outcome, pods)
         self._write_counts(job, status, outcome)
+        self._retry_if_refused(namespace, name, outcome.create_failed)
+
+    def _retry_if_refused(self, namespace: str, name: str, failed: bool) -> None:
+        """Sync a Job whose pods were refused again, after the doubling API backoff."""
+        key = (namespace, name)
+        if not failed:
+            self._create_failures.pop(key, None)
+            return
+        count = self._create_failures.get(key, 0)
+        self._create_failures[key] = count + 1
+        delay = min(self.config.api_backoff_base * 2.0**count, self.config.api_backoff_max)
+        self._enqueue(namespace, name, delay)
 
     def _classify(self, job: Obj, pods: list[Obj], status: Obj) -> _Outcome:
         uncounted = status.get("uncountedTerminatedPods") or {}
@@ -421,14 +442,42 @@ class JobController:
         if spec.get("completionMode") == "Indexed":
             indexes = self._missing_indexes(job, status, outcome, holding)
             count = max(parallelism - len(holding), 0)
-            return [self._create_pod(job, index) for index in indexes[:count]]
+            return self._create_batches(job, outcome, [(i, None) for i in indexes[:count]])
         completions = spec.get("completions")
         succeeded = _succeeded_total(status, outcome)
         if completions is None:
             want = 0 if succeeded else parallelism
         else:
             want = min(parallelism, completions - succeeded)
-        return [self._create_pod(job, None) for _ in range(max(want - len(holding), 0))]
+        wanted: list[tuple[int | None, tuple[int, int] | None]] = [(None, None)] * max(
+            want - len(holding), 0
+        )
+        return self._create_batches(job, outcome, wanted)
+
+    def _create_batches(
+        self,
+        job: Obj,
+        outcome: _Outcome,
+        wanted: list[tuple[int | None, tuple[int, int] | None]],
+    ) -> list[Obj]:
+        """Create pods in slow-start batches (1, 2, 4, ...), as the real controller does; a
+        batch with a refused pod ends the sync's creations. Each refusal is a FailedCreate
+        Warning Event on the Job ("Error creating: <the API server's message>")."""
+        created: list[Obj] = []
+        size, start = 1, 0
+        while start < len(wanted):
+            for index, counts in wanted[start : start + size]:
+                try:
+                    created.append(self._create_pod(job, index, counts))
+                except ApiError as error:
+                    outcome.create_failed = True
+                    if not _namespace_terminating(error):
+                        message = f"Error creating: {error.message}"
+                        self._record_event(job, "Warning", "FailedCreate", message)
+            if outcome.create_failed:
+                break
+            start, size = start + size, size * 2
+        return created
 
     def _create_indexed_with_backoff(
         self, job: Obj, status: Obj, outcome: _Outcome, pods: list[Obj], holding: list[Obj]
@@ -436,6 +485,7 @@ class JobController:
         """Create the missing indexes whose own backoff (backoffLimitPerIndex) has passed."""
         count = max(job["spec"].get("parallelism", 1) - len(holding), 0)
         created: list[Obj] = []
+        wanted: list[tuple[int | None, tuple[int, int] | None]] = []
         soonest: float | None = None
         for index in self._missing_indexes(job, status, outcome, holding):
             if len(created) == count:
@@ -445,8 +495,10 @@ class JobController:
             if wait > 0:
                 soonest = wait if soonest is None else min(soonest, wait)
                 continue
-            counts = policies.next_failure_counts(job, replaced)
-            created.append(self._create_pod(job, index, counts))
+            wanted.append((index, policies.next_failure_counts(job, replaced)))
+            created += self._create_batches(job, outcome, wanted[-1:])
+            if outcome.create_failed:
+                break
         if soonest is not None:
             self._enqueue(job["metadata"]["namespace"], job["metadata"]["name"], soonest)
         return created
@@ -640,6 +692,12 @@ class JobController:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _namespace_terminating(error: ApiError) -> bool:
+    """Return whether a refusal is NamespaceLifecycle's (the real controller records none)."""
+    causes = (error.details or {}).get("causes") or []
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _tracked(pod: Obj) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import _errors
+from ._podresources import default_requests_from_limits
 
 SCHEMA_VERSION = "1.36.0"
 MAX_DATA_BYTES = 1024 * 1024
@@ -221,6 +222,7 @@ def default_pod(pod: dict[str, Any]) -> None:
     spec.setdefault("priority", 0)
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    default_requests_from_limits(spec)
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
 
@@ -256,6 +258,30 @@ def default_service(service: dict[str, Any]) -> None:
     service["status"] = {"loadBalancer": {}}
 
 
+def default_limit_range(obj: dict[str, Any]) -> None:
+    """Fill a LimitRange's Container defaults as the API server does on create: a default
+    limit from max, a default request from the default limit, else from min."""
+    for item in (obj.get("spec") or {}).get("limits") or []:
+        if not isinstance(item, dict) or item.get("type") != "Container":
+            continue
+        default = item.setdefault("default", {})
+        request = item.setdefault("defaultRequest", {})
+        for name, value in (item.get("max") or {}).items():
+            default.setdefault(name, value)
+        for name, value in default.items():
+            request.setdefault(name, value)
+        for name, value in (item.get("min") or {}).items():
+            request.setdefault(name, value)
+        ordered = {k: item[k] for k in _LIMIT_ITEM_ORDER if item.get(k)}
+        ordered.update({k: v for k, v in item.items() if k not in ordered and k not in _EMPTY})
+        item.clear()
+        item.update(ordered)
+
+
+_LIMIT_ITEM_ORDER = ("type", "max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
+_EMPTY = ("default", "defaultRequest")
+
+
 def apply_defaults(resource: Resource, obj: dict[str, Any], uid: str) -> None:
     """Fill in the creation defaults for `obj` of `resource` in place."""
     if resource.plural == "jobs":
@@ -266,6 +292,10 @@ def apply_defaults(resource: Resource, obj: dict[str, Any], uid: str) -> None:
         default_service(obj)
     elif resource.plural == "secrets":
         obj.setdefault("type", "Opaque")
+    elif resource.plural == "limitranges":
+        default_limit_range(obj)
+    elif resource.plural == "priorityclasses":
+        obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
     elif resource.plural == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active"}

@@ -154,6 +154,8 @@ class Store:
         self._listeners: list[Callable[[Event], None]] = []
         self._pending_gc: set[str] = set()
         self._orphaning: set[str] = set()
+        #: Admission plugins run on every create, in order (see `_admission.AdmissionPlugin`).
+        self.admission: list[Any] = []
 
     # ------------------------------------------------------------------ reads
 
@@ -312,6 +314,9 @@ class Store:
         meta = obj.setdefault("metadata", {})
         if res.namespaced:  # admission (NamespaceLifecycle) comes before naming and validation
             self._require_namespace(namespace, res, obj)
+        for plugin in self.admission:  # mutating admission: the object has no name yet
+            plugin.mutate(res, namespace, obj)
+        meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = self._generate_name(resource, namespace, meta["generateName"])
         if res.hooks is not None:
@@ -319,6 +324,8 @@ class Store:
             meta = obj["metadata"]
         if validate:
             self.validator.validate_create(res, obj)
+        for plugin in self.admission:  # validating admission: named, validated, not stored
+            plugin.validate(res, namespace, obj)
         name = meta["name"]
         if self.get(resource, namespace, name) is not None:
             raise _errors.already_exists(resource, name, res.group)

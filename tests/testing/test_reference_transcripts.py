@@ -1,10 +1,14 @@
-"""Replay each recorded v1.36.2 scenario against the fake cluster and compare Job statuses.
+"""Replay each recorded v1.36.2 scenario against the fake cluster and compare Job statuses
+and Warning Events.
 
 The reference transcripts (../shared/k8s-reference/job-*.json) hold every Job watch event a
-real API server and job controller produced. Each scenario runs here with all durations
-scaled by TIME_SCALE (the controller's batching, backoff and deadlines, and the pods' sleeps),
-and the sequence of Job statuses seen through a watch must equal the recorded one, with
-timestamps and uids abstracted away.
+real API server and job controller produced, and for some the namespace's Event watch. Each
+scenario runs here with all durations scaled by TIME_SCALE (the controller's batching,
+backoff and deadlines, and the pods' sleeps; the API retry backoff by API_SCALE), in a
+namespace holding the recorded extras (a ResourceQuota, a LimitRange). The sequence of Job
+statuses seen through a watch must equal the recorded one, and so must the Warning Events
+(watch type, reason, object, message, count), with timestamps, uids and generated names
+abstracted away; the retries must come no sooner than the recorded doubling delays.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,8 @@ SCENARIOS = sorted(p.stem for p in REFERENCE.glob("job-*.json"))
 # loaded machine stalls the event loop for a while: 0.1 proved too tight on two cores.
 TIME_SCALE = 0.25
 SLEEP_SCALE = 0.3  # pods that sleep must outlive one status batch, as they did when recorded
+# FailedCreate retries: 1, 2, 4, 8, 16 s recorded; 0.05 s, doubling, here.
+API_SCALE = 0.05
 
 pytestmark = pytest.mark.skipif(not SCENARIOS, reason="k8s reference transcripts not found")
 
@@ -132,35 +139,118 @@ def pod_histories(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return sorted(json.dumps(p, sort_keys=True) for p in pods.values())
 
 
-async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[Any], Any]:
+def recorded_warnings(scenario: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        normalise_event(e["type"], e["object"])
+        for e in scenario.get("event_watch_events", [])
+        if e["object"].get("type") == "Warning"
+    ]
+
+
+def normalise_event(kind: str, event: dict[str, Any]) -> tuple[Any, ...]:
+    """Return what a user reads of an Event, generated pod names and times abstracted away."""
+    involved = event["involvedObject"]
+    message = re.sub(r'pods "([a-z0-9-]+-)[a-z0-9]{5}"', r'pods "\1<suffix>"', event["message"])
+    named_after = event["metadata"]["name"].rsplit(".", 1)[0]
+    return (
+        kind,
+        event["type"],
+        event["reason"],
+        involved["kind"],
+        named_after,
+        message,
+        event.get("count"),
+        event["source"].get("component"),
+    )
+
+
+async def create_extras(api: Any, scenario: dict[str, Any]) -> None:
+    """Create what the recording put in the namespace first (a ResourceQuota, a LimitRange)."""
+    for extra in scenario.get("namespace_extras") or []:
+        kind, body = extra["kind"], extra["object"]
+        if kind == "resourcequotas":
+            await core_api(api).create_namespaced_resource_quota("demo", body)
+        elif kind == "limitranges":
+            await core_api(api).create_namespaced_limit_range("demo", body)
+        else:
+            raise AssertionError(f"the transcript has an extra this test cannot create: {kind}")
+
+
+async def collect_warnings(core: Any, rv: str, into: list[tuple[float, tuple[Any, ...]]]) -> None:
+    """Append each Warning Event watched in "demo" from `rv`, with when it arrived."""
+    async with watch.Watch() as watcher:
+        stream = watcher.stream(
+            core.list_namespaced_event, "demo", resource_version=rv, timeout_seconds=60
+        )
+        async for event in stream:
+            if event["raw_object"].get("type") == "Warning":
+                normalised = normalise_event(event["type"], event["raw_object"])
+                into.append((asyncio.get_running_loop().time(), normalised))
+
+
+def finishes(scenario: dict[str, Any]) -> bool:
+    """Return whether the recorded Job ended (the failed creations never do)."""
+    last = scenario["job_watch_events"][-1]["object"]["status"]
+    return any(c["type"] in ("Complete", "Failed") for c in last.get("conditions", []))
+
+
+async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[Any], Any, Any]:
     scenario = json.loads((REFERENCE / f"{name}.json").read_text())
     timings = ControllerConfig(
-        batch_period=1.0 * TIME_SCALE, backoff_base=10.0 * TIME_SCALE, time_scale=TIME_SCALE
+        batch_period=1.0 * TIME_SCALE,
+        backoff_base=10.0 * TIME_SCALE,
+        time_scale=TIME_SCALE,
+        api_backoff_base=1.0 * API_SCALE,
     )
     kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.003, rule=shell_rule)
     fake = FakeCluster(directory=tmp_path, controller=timings, kubelet_config=kubelet)
+    warnings: list[tuple[float, tuple[Any, ...]]] = []
+    written: list[float] = []
     async with fake, await api_client(fake) as api:
         core, batch = core_api(api), batch_api(api)
         await core.create_namespace({"metadata": {"name": "demo"}})
+        await create_extras(api, scenario)
         pod_events: list[tuple[str, dict[str, Any]]] = []
         fake.store.listen(
             lambda e: pod_events.append((e.type, e.obj)) if e.resource == "pods" else None
         )
+        fake.store.listen(lambda e: note_write(e, written))
         job = scenario["job_as_submitted"]
         if disruption := DISRUPTIONS.get(name):
             disrupt_first_running_pod(fake, disruption)
+        event_task = asyncio.ensure_future(collect_warnings(core, str(fake.store.rv), warnings))
+        await wait_until(lambda: fake.store.watcher_count() == 1, "the Event watch is open")
+        want_warnings = len(recorded_warnings(scenario))
         # Watch() builds an SSL context (~75 ms): not between the create and the watch.
         async with watch.Watch() as watcher:
             created = await batch.create_namespaced_job("demo", job, _preload_content=False)
             created_body = json.loads(await created.read())
-            statuses = await collect_statuses(watcher, batch, job, created_body)
+            statuses = [normalise(created_body["status"])]
+            job_task = asyncio.ensure_future(
+                collect_statuses(watcher, batch, job, created_body, statuses)
+            )
+            if finishes(scenario):
+                await job_task
+            else:  # no end to wait for: until what was recorded has been seen
+                want = len(recorded_statuses(scenario))
+                await wait_until(lambda: len(statuses) >= want, "the recorded Job statuses")
+                await wait_until(lambda: len(warnings) >= want_warnings, "the Warning Events")
+                job_task.cancel()
+        await wait_until(lambda: len(warnings) >= want_warnings, "the recorded Warning Events")
+        event_task.cancel()
         await wait_until(lambda: not any(deleting(p) for p in fake.objects("pods", "demo")))
         pods = await core.list_namespaced_pod("demo")
         logs = {
             p.metadata.name: await core.read_namespaced_pod_log(p.metadata.name, "demo")
             for p in pods.items
         }
-    return scenario, statuses, (created_body, logs, pod_histories(pod_events))
+    return scenario, statuses, (created_body, logs, pod_histories(pod_events)), (warnings, written)
+
+
+def note_write(event: Any, written: list[float]) -> None:
+    """Note when the fake wrote a Warning Event (its controller's clock, not a watcher's)."""
+    if event.resource == "events" and event.obj.get("type") == "Warning":
+        written.append(time.monotonic())
 
 
 def deleting(pod: dict[str, Any]) -> bool:
@@ -186,9 +276,13 @@ def disrupt_first_running_pod(fake: FakeCluster, how: str) -> None:
 
 
 async def collect_statuses(
-    watcher: watch.Watch, batch: client.BatchV1Api, job: dict[str, Any], created: dict[str, Any]
-) -> list[dict[str, Any]]:
-    statuses = [normalise(created["status"])]
+    watcher: watch.Watch,
+    batch: client.BatchV1Api,
+    job: dict[str, Any],
+    created: dict[str, Any],
+    statuses: list[dict[str, Any]],
+) -> None:
+    """Append each Job status watched until the Job ends (resuming a suspended one)."""
     resumed = False
     rv = created["metadata"]["resourceVersion"]
     async with asyncio.timeout(30):
@@ -207,13 +301,33 @@ async def collect_statuses(
                 )
             if types & {"Complete", "Failed"}:
                 break
-    return statuses
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 async def test_job_statuses_match_the_recorded_transcript(name: str, tmp_path: Path) -> None:
-    scenario, statuses, _ = await run_scenario(name, tmp_path)
+    scenario, statuses, _, (warnings, _) = await run_scenario(name, tmp_path)
     assert statuses == recorded_statuses(scenario)
+    want = recorded_warnings(scenario)
+    assert [w for _, w in warnings[: len(want)]] == want
+
+
+FAILED_CREATE = [name for name in SCENARIOS if name.startswith("job-failedcreate-")]
+
+
+@pytest.mark.parametrize("name", FAILED_CREATE)
+async def test_refused_pods_are_retried_after_the_recorded_doubling_delays(
+    name: str, tmp_path: Path
+) -> None:
+    """Each retry comes no sooner than recorded (1, 2, 4, 8, 16 s, scaled): a lower bound on
+    the times the fake wrote the Events (a late sync only delays the next one further), which
+    a loaded machine cannot break."""
+    scenario, _, _, (_, written) = await run_scenario(name, tmp_path)
+    recorded = [e["t"] for e in scenario["event_watch_events"]]
+    seen = written[: len(recorded)]
+    for k in range(1, len(recorded)):
+        recorded_gap = recorded[k] - recorded[k - 1]
+        assert round(recorded_gap) == 2 ** (k - 1)  # what the transcript says, checked
+        assert seen[k] - seen[k - 1] >= 0.9 * API_SCALE * 2 ** (k - 1)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -223,8 +337,8 @@ async def test_create_response_logs_and_pods_match_the_transcript(
     """The create response, the logs, and each pod's history: it goes through the recorded
     phases, is deleted (or kept), carries the same index, index failure count, exit codes
     and DisruptionTarget condition."""
-    scenario, _, (created, logs, histories) = await run_scenario(name, tmp_path)
+    scenario, _, (created, logs, histories), _ = await run_scenario(name, tmp_path)
     assert strip_server_fields(created) == strip_server_fields(scenario["create_response"])
-    assert sorted(logs.values()) == sorted(scenario["pod_logs"].values())
-    recorded = [(e["type"], e["object"]) for e in scenario["pod_watch_events"]]
+    assert sorted(logs.values()) == sorted(scenario.get("pod_logs", {}).values())
+    recorded = [(e["type"], e["object"]) for e in scenario.get("pod_watch_events", [])]
     assert histories == pod_histories(recorded)
