@@ -528,8 +528,11 @@ class StepRecord:
             self.running_at = now
         if result.state.terminal and self.ended_at is None:
             self.ended_at = now
-            if self.running_at is None and result.started_at is not None and not self.adopted:
-                self.running_at = now  # it ran between two observations: a sliver
+            # It ran between two observations (a sliver), if a container ran at all: a Job
+            # has a start time even when its image never pulled, and that is no run.
+            ran = result.exit_code is not None or result.ok
+            if self.running_at is None and ran and not self.adopted:
+                self.running_at = now
         self.result = result
 
 
@@ -738,15 +741,17 @@ def _record_json(record: StepRecord) -> dict[str, Any]:
         "origin": record.origin,
         # This run's spans, as its driver saw them (sub-second): queued, running, ended.
         "queued": stamp(record.queued_at),
-        "started": None if record.adopted else stamp(record.running_at or r.started_at),
+        "started": None if record.adopted else stamp(record.running_at),
         "finished": stamp(record.ended_at if record.running_at else None),
         "ended": stamp(record.ended_at),  # also for a step that never ran
-        # An adopted step ran in an earlier run: when, by its backend's stamps.
-        "adopted": (
+        # When it ran by its backend's stamps (whole seconds from the Kubernetes API, finer
+        # locally), and whether that was in an earlier run (adopted, not run by this one).
+        "ran": (
             {"started": stamp(r.started_at), "finished": stamp(r.finished_at)}
-            if record.adopted
+            if r.started_at is not None
             else None
         ),
+        "adopted": record.adopted,
         "requested": dict(record.requested) if record.requested is not None else None,
         # What the main container used (k8sjobs.usage.Usage.to_json: wall_seconds,
         # cpu_seconds, memory_peak in bytes, gpu_seconds, gpu_memory_peak, devices, source,

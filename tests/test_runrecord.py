@@ -178,12 +178,13 @@ async def test_a_rerun_marks_adopted_steps_with_their_earlier_run(tmp_path: Path
             await run.run()
             timelines.append({s["name"]: s for s in run.timeline()["steps"]})
     first, second = timelines
-    assert first["ok"]["adopted"] is None and first["ok"]["started"] is not None
-    adopted = second["ok"]["adopted"]
-    assert adopted is not None and second["ok"]["started"] is None
-    assert adopted["started"] < second["ok"]["queued"]
+    assert first["ok"]["adopted"] is False and first["ok"]["started"] is not None
+    assert second["ok"]["adopted"] is True and second["ok"]["started"] is None
+    assert second["ok"]["ran"] == first["ok"]["ran"]  # the first run's times
+    assert second["ok"]["ran"]["started"] < second["ok"]["queued"]
     assert second["ok"]["state"] == "SUCCEEDED"
-    assert second["bad"]["adopted"] is None and second["bad"]["started"] is not None
+    assert second["bad"]["adopted"] is False and second["bad"]["started"] is not None
+    assert second["bad"]["ran"]["started"] > second["bad"]["queued"]
     assert second["bad"]["requested"] == {"nodes": 1, "cpu": 1, "memory": None, "gpus": 0}
 
 

@@ -180,7 +180,11 @@ def add_study_commands(commands: Any, common: Common) -> None:
     add_study(report)
     common(report, ("state_dir",))
     report.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="the HTML file (default <study>.html)"
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="the HTML file (default: beside the run record, STATE_DIR/runs/<study>-<hash>.html)",
     )
     report.set_defaults(func=_cmd_report)
 
@@ -454,8 +458,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ..runrecord import read_run
-    from .report import timeline_html
+    from ..runrecord import read_runs, record_paths
+    from .report import report_html
 
     args.study_file = None
     if args.name is not None:
@@ -466,11 +470,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
             args.study = args.name
     name = _study_name(args, "report")
     runs = args.state_dir / "runs"
-    run = read_run(runs, name)
-    if run is None:
+    recorded = read_runs(runs, name)
+    if not recorded:
         print(f'no recorded run of study "{name}" in {runs}; run it first', file=sys.stderr)
         return 1
-    output = args.output or Path(f"{name}.html")
-    output.write_text(timeline_html(run))
+    record, journal = record_paths(runs, name)
+    source = journal if "driver" in recorded[0] else record
+    # Beside the record by default: the state directory, never the directory it ran from.
+    output = args.output or record.with_suffix(".html")
+    output.write_text(report_html(recorded, source=str(source)))
     print(f"wrote {output}")
     return 0

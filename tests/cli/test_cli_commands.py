@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -258,20 +257,6 @@ def test_render_one_step_file(tmp_path: Path) -> None:
     done = k8sjobs(tmp_path, "render", "step.yaml", "--namespace", "lab", check=0)
     job = next(d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Job")
     assert job["metadata"]["namespace"] == "lab"
-
-
-def test_report_writes_html_with_a_row_per_step(tmp_path: Path) -> None:
-    study_file(tmp_path, FAILING)
-    k8sjobs(tmp_path, "run", "study.yaml", check=1)
-    done = k8sjobs(tmp_path, "report", "study.yaml", "-o", "timeline.html", check=0)
-    assert done.stdout == "wrote timeline.html\n"
-    page = (tmp_path / "timeline.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
-    assert page.count('<text x="4"') == 3
-    for step in ("good", "bad", "after-bad"):
-        assert f">{step}</text>" in page
-    run = json.loads(next((tmp_path / ".k8sjobs" / "runs").glob("*.json")).read_text())
-    assert [s["state"] for s in run["steps"]] == ["SUCCEEDED", "FAILED", "FAILED"]
 
 
 def test_report_without_a_run_exits_1(tmp_path: Path) -> None:
