@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .durations import format_duration
+
 __all__ = [
     "USAGE_TAG",
     "Usage",
@@ -115,14 +117,17 @@ class Usage:
         )
 
     def describe(self) -> str:
-        """Return the figures a person reads, e.g. "cpu 59.9s, mem 1.2Gi peak, wall 61.2s"."""
+        """Return the figures a person reads, e.g. "cpu 59.9s, mem 1.2Gi peak, wall 1m 01s".
+
+        Times are written as every duration is (``durations.format_duration``): "12ms".
+        """
         parts = []
         if self.cpu_seconds is not None:
-            parts.append(f"cpu {self.cpu_seconds:.1f}s")
+            parts.append(f"cpu {format_duration(self.cpu_seconds)}")
         if self.memory_peak is not None:
             parts.append(f"mem {format_bytes(self.memory_peak)} peak")
         if self.wall_seconds is not None:
-            parts.append(f"wall {self.wall_seconds:.1f}s")
+            parts.append(f"wall {format_duration(self.wall_seconds)}")
         if self.devices:
             parts.append(f"gpus {','.join(self.devices)}")
         return ", ".join(parts) if parts else "usage unknown"

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from ..durations import format_duration
+from ..usage import Usage, format_bytes, summarize_usage
 
 __all__ = ["report_html"]
 
@@ -61,6 +62,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
   margin: 24px auto; max-width: 1180px; padding: 0 16px; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
 .headline { margin: 0 0 12px; color: #424242; }
+.usage { margin: 0 0 8px; color: #424242; } ul.usage { padding-left: 20px; }
 .note { border-left: 5px solid #c62828; background: #fdecea; padding: 8px 12px; margin: 12px 0; }
 .note.going { border-color: #1565c0; background: #e8f0fb; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 6px 0 10px; font-size: 13px; }
@@ -74,6 +76,7 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #e0e0e0;
 th { background: #f5f5f5; border-bottom: 2px solid #bdbdbd; }
 td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.state { white-space: nowrap; font-weight: 600; }
+td.reason { min-width: 14em; max-width: 30em; } td.used { min-width: 16em; }
 .dim { color: #757575; }
 footer { margin-top: 24px; font-size: 12px; color: #757575; }
 @media print {
@@ -147,6 +150,7 @@ def _section(run: Run, now: float | None, heading: str | None) -> str:
             as_of = max(as_of, now if now is not None else datetime.now().timestamp())
     out = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
     out.append(f"<p class='headline'>{_headline(run, rows, origin, as_of)}</p>")
+    out.append(_usage_line(rows))
     out.append(_driver_note(run, rows, as_of))
     out.append("<h2>Timeline</h2>" + _legend(rows))
     out.append(f"<div class='timeline'>{_timeline(rows, origin, as_of)}</div>")
@@ -165,9 +169,11 @@ def _row(step: Mapping[str, Any]) -> _Row:
         started = ran["started"]
         if _fine(ran.get("finished")):
             ended = ran["finished"]
-    if reason == "Cached" or state == "CACHED":
+    origin = step.get("origin")  # "ran", "reused", "adopted", "not run" (newer records)
+    adopted = bool(step.get("adopted")) or origin == "adopted"
+    if reason == "Cached" or state == "CACHED" or origin == "reused":
         kind = "reused"
-    elif step.get("adopted") and state == "SUCCEEDED":
+    elif adopted and state == "SUCCEEDED":
         kind = "adopted"
     elif reason == "DependencyFailed":
         kind = "not-run"
@@ -180,6 +186,11 @@ def _row(step: Mapping[str, Any]) -> _Row:
             "LOST": "lost",
             "RUNNING": "running",
         }.get(state, "queued" if step.get("queued") is not None else "waiting")
+    if adopted and kind not in ("adopted", "reused") and started is None:
+        # Adopted while it ran (its driver had died): it runs on in this run from its start.
+        begun = _epoch(ran.get("started"))
+        queued = step.get("queued")
+        started = None if begun is None else max(begun, queued if queued is not None else begun)
     return _Row(str(step.get("name")), kind, state, step.get("queued"), started, ended, step)
 
 
@@ -481,12 +492,12 @@ def _table(
         cells = [
             f"<td>{html.escape(row.name)}</td>",
             f"<td class='state' style='color:{kind.colour}'>{mark}{html.escape(kind.word)}</td>",
-            f"<td>{html.escape(_reason(row, driver))}</td>",
+            f"<td class='reason'>{html.escape(_reason(row, driver))}</td>",
             f"<td class='num'>{_start(row, origin)}</td>",
             f"<td class='num'>{html.escape(_waited(row, as_of))}</td>",
             f"<td class='num'>{html.escape(_took(row, as_of) or '-')}</td>",
-            f"<td class='num'>{html.escape(_requested(row.record.get('requested')))}</td>",
-            f"<td class='num'>{html.escape(_used(row.record))}</td>",
+            f"<td>{html.escape(_requested(row.record.get('requested')))}</td>",
+            f"<td class='used'>{html.escape(_used(row.record))}</td>",
         ]
         lines.append(f"<tr data-step='{html.escape(row.name)}'>{''.join(cells)}</tr>")
     lines.append("</tbody></table>")
@@ -498,6 +509,10 @@ def _reason(row: _Row, driver: Mapping[str, Any] | None) -> str:
     text = str(step.get("message") or step.get("reason") or "")
     if row.kind == "adopted":
         text = "succeeded in an earlier run; adopted, not run again"
+    elif step.get("origin") == "adopted" or step.get("adopted"):
+        text = (
+            f"adopted from an earlier driver; {text}" if text else "adopted from an earlier driver"
+        )
     if row.state in ("PENDING", "RUNNING") and driver is not None and not driver.get("alive"):
         text = (text + "; " if text else "") + "not seen to end: the driver died"
     return text or "-"
@@ -542,7 +557,7 @@ def _requested(requested: Mapping[str, Any] | None) -> str:
         return "-"
     parts = [f"{requested.get('cpu')} cpu"]
     if requested.get("memory"):
-        parts.append(_bytes(requested["memory"]))
+        parts.append(format_bytes(requested["memory"]))
     if requested.get("gpus"):
         parts.append(f"{requested['gpus']} gpu")
     nodes = requested.get("nodes") or 1
@@ -550,32 +565,55 @@ def _requested(requested: Mapping[str, Any] | None) -> str:
 
 
 def _used(step: Mapping[str, Any]) -> str:
-    usage = step.get("usage")
-    if not usage:
+    """Return what the step used, against its request; why a figure is missing, if it is."""
+    if not step.get("usage"):
         return "-"
+    usage = Usage.from_json(step["usage"])
+    asked = step.get("requested") or {}
     parts = []
-    if usage.get("cpu_seconds") is not None:
-        parts.append(f"cpu {format_duration(usage['cpu_seconds'])}")
-    peak = usage.get("memory_peak")
-    if peak is not None:
-        asked = (step.get("requested") or {}).get("memory")
-        share = f" ({100 * peak / asked:.0f}% of request)" if asked else ""
-        parts.append(f"mem {_bytes(peak)} peak{share}")
-    if usage.get("wall_seconds") is not None:
-        parts.append(f"wall {format_duration(usage['wall_seconds'])}")
-    if usage.get("devices"):
-        parts.append("gpus " + ",".join(usage["devices"]))
-    return ", ".join(parts) or "-"
+    if usage.cpu_seconds is not None:
+        wall = usage.wall_seconds
+        cores = f" ({usage.cpu_seconds / wall:.2g} cores)" if wall else ""
+        parts.append(f"cpu {format_duration(usage.cpu_seconds)}{cores}")
+    if usage.memory_peak is not None:
+        memory = asked.get("memory")
+        share = f" ({100 * usage.memory_peak / memory:.0f}% of request)" if memory else ""
+        parts.append(f"mem {format_bytes(usage.memory_peak)} peak{share}")
+    if usage.wall_seconds is not None:
+        parts.append(f"wall {format_duration(usage.wall_seconds)}")
+    if usage.devices:
+        parts.append("gpus " + ",".join(usage.devices))
+    if parts:
+        return ", ".join(parts)
+    why = usage.missing.get("memory_peak") or usage.missing.get("cpu_seconds")
+    return f"unknown: {why}" if why else "-"
 
 
-def _bytes(count: float) -> str:
-    """Return a byte count in the binary units Kubernetes quantities use ("1.2Gi")."""
-    for unit in ("", "Ki", "Mi", "Gi", "Ti"):
-        if abs(count) < 1024 or unit == "Ti":
-            whole = unit == "" or count >= 100 or count == int(count)
-            return f"{count:.0f}{unit}" if whole else f"{count:.1f}{unit}"
-        count /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
+def _usage_line(rows: Sequence[_Row]) -> str:
+    """Return the study's usage summary (CPU hours, steps that asked for far more), or ""."""
+    summary = summarize_usage(
+        (
+            r.name,
+            r.record.get("requested"),
+            Usage.from_json(r.record["usage"]) if r.record.get("usage") else None,
+        )
+        for r in rows
+        if r.kind not in ("adopted", "reused")  # an earlier run's figures: counted there
+    )
+    if not summary.measured:
+        return ""
+    cpu = format_duration(summary.cpu_hours * 3600)
+    hours = f" ({summary.cpu_hours:.3g} CPU hours)" if summary.cpu_hours >= 0.01 else ""
+    line = f"CPU used: {cpu} in all{hours} over "
+    line += _count(summary.measured, "step", "steps")
+    if summary.unmeasured:
+        line += f"; {summary.unmeasured} without figures"
+    items = "".join(
+        f"<li>asked for far more than it used: {html.escape(o)}</li>" for o in summary.oversized
+    )
+    return f"<p class='usage'>{html.escape(line)}.</p>" + (
+        f"<ul class='usage'>{items}</ul>" if items else ""
+    )
 
 
 # --- times ----------------------------------------------------------------------------------

@@ -123,7 +123,11 @@ def test_run_failing_step_exits_1_and_says_which_and_why(tmp_path: Path) -> None
     assert "\x1b[" not in done.stdout
     # Each end says how long the step took, with a fraction of a second (it took under a minute).
     took = r"(\d+ms|\d+\.\d+s)"
-    assert any(re.search(rf"good: SUCCEEDED in {took} \(Completed\)$", line) for line in lines)
+    # ... and what it used: "; cpu 3ms, mem 7.4Mi peak, wall 5ms".
+    used = rf"; cpu {took}, mem [\d.]+\w+ peak, wall {took}"
+    assert any(
+        re.search(rf"good: SUCCEEDED in {took} \(Completed\){used}$", line) for line in lines
+    )
     assert "3 steps in" in done.stdout and "1 succeeded, 2 failed" in done.stdout
     summary = lines[lines.index("") + 2 :]
     assert re.match(rf"  bad: FAILED after {took} \(the script exited with code 7", summary[0])

@@ -230,6 +230,12 @@ def test_the_table_chromium_builds_says_what_each_step_did(runs: Path, tmp_path:
         assert (steps[name]["start"], steps[name]["duration"]) == ("-", "-")
     assert steps["simulate"]["requested"] == "1 cpu, 64Mi"
     assert steps["too-big"]["requested"] == "100000 cpu"
+    # What each step that ran used, against its request; "-" for those that never ran.
+    used = rf"cpu ({SUB_SECOND}) \([\d.e-]+ cores\), mem [\d.]+\w+ peak.*, wall ({SUB_SECOND})"
+    for name in ("quick", "prepare", "simulate", "broken"):
+        assert re.fullmatch(used, steps[name]["used"]), steps[name]["used"]
+    assert "% of request" in steps["simulate"]["used"]
+    assert steps["too-big"]["used"] == steps["after-broken"]["used"] == "-"
     assert "Started " in dom and "6 steps: 3 succeeded, 1 failed, 1 failed before start" in dom
 
 
