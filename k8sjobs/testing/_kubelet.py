@@ -25,6 +25,7 @@ from typing import Any
 from ..steps.quantity import parse_quantity
 from ._errors import ApiError
 from ._events import record_event
+from ._podresources import pod_resources
 from ._store import Event, Obj, Store, now_rfc3339
 
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
@@ -48,7 +49,11 @@ SimulateRule = Callable[[Obj], PodPlan | None]
 
 @dataclass
 class NodeConfig:
-    """The node's name and capacity; pods whose requests do not fit stay Pending."""
+    """The node's name, labels and allocatable resources (its capacity, none reserved).
+
+    Pods whose requests do not fit what is left, or whose nodeSelector the labels do not
+    match, stay Pending (PodScheduled=False, Unschedulable) with kube-scheduler's words.
+    """
 
     name: str = "local-node"
     cpu: str = "64"
@@ -56,6 +61,13 @@ class NodeConfig:
     gpu: int = 0
     gpu_resource: str = "nvidia.com/gpu"
     pods: int = 1_000_000
+    ephemeral_storage: str = "1Ti"
+    #: Labels besides kubernetes.io/hostname and kubernetes.io/os (nodeSelector matches them).
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def node_labels(self) -> dict[str, str]:
+        """Return every label the node carries."""
+        return {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux", **self.labels}
 
 
 @dataclass
@@ -246,9 +258,17 @@ class Kubelet:
         if pod is None or pod["spec"].get("nodeName"):
             self._unscheduled.pop(key, None)
             return True
+        if not self._selector_matches(pod):
+            # NodeAffinity filters before resources, and no preemption can change labels.
+            reasons = ["node(s) didn't match Pod's node affinity/selector"]
+            self._mark_unschedulable(pod, reasons, "Preemption is not helpful for scheduling")
+            return False
         shortfall = self._shortfall(pod)
         if shortfall:
-            self._mark_unschedulable(pod, shortfall)
+            reasons = [
+                "Too many pods" if name == "pods" else f"Insufficient {name}" for name in shortfall
+            ]
+            self._mark_unschedulable(pod, reasons, "No preemption victims found for incoming pod")
             return False
         self._unscheduled.pop(key, None)
         self._bind(pod)
@@ -258,16 +278,17 @@ class Kubelet:
         # Oldest first, and stop at the first pod that still does not fit: freed room goes
         # to the pods waiting longest, and a release costs the pods it binds, not the queue.
         for key in list(self._unscheduled):
+            pod = self.store.get("pods", *key)
+            if pod is not None and not self._selector_matches(pod):
+                continue  # freed resources do not change the node's labels
             if not self._schedule(key):
                 return
 
     def _requests(self, pod: Obj) -> dict[str, float]:
-        totals: dict[str, float] = collections.defaultdict(float)
-        for container in pod["spec"].get("containers", []):
-            resources = container.get("resources") or {}
-            wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-            for name, value in wanted.items():
-                totals[name] += float(parse_quantity(value))
+        """Return what the pod takes of the node: its requests as the scheduler sums them
+        (containers, the init containers' peak, RuntimeClass overhead) and one pod."""
+        requests, _ = pod_resources(pod["spec"])
+        totals = {name: float(quantity.value) for name, quantity in requests.items()}
         totals["pods"] = 1
         return totals
 
@@ -276,9 +297,15 @@ class Kubelet:
         return {
             "cpu": float(parse_quantity(node.cpu)),
             "memory": float(parse_quantity(node.memory)),
+            "ephemeral-storage": float(parse_quantity(node.ephemeral_storage)),
             node.gpu_resource: float(node.gpu),
             "pods": float(node.pods),
         }
+
+    def _selector_matches(self, pod: Obj) -> bool:
+        selector = pod["spec"].get("nodeSelector") or {}
+        labels = self.config.node.node_labels()
+        return all(labels.get(key) == value for key, value in selector.items())
 
     def _shortfall(self, pod: Obj) -> list[str]:
         capacity = self._capacity()
@@ -290,26 +317,26 @@ class Kubelet:
             or (name not in capacity and value > 0 and "/" in name)
         )
 
-    def _mark_unschedulable(self, pod: Obj, shortfall: list[str]) -> None:
-        conditions = pod["status"].get("conditions") or []
-        if any(
-            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
-        ):
-            return
-        reasons = ", ".join(f"1 Insufficient {name}" for name in shortfall)
+    def _mark_unschedulable(self, pod: Obj, reasons: list[str], preemption: str) -> None:
+        """Say why the pod fits no node, as kube-scheduler does: the PodScheduled condition
+        (written when its message changes) and a FailedScheduling Event per attempt."""
+        # FitError.Error(): a sorted histogram of the nodes' reasons, then preemption's.
+        histogram = ", ".join(sorted(f"1 {reason}" for reason in reasons))
         message = (
-            f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are available: "
-            "1 No preemption victims found for incoming pod."
+            f"0/1 nodes are available: {histogram}. preemption: 0/1 nodes are available: "
+            f"1 {preemption}."
         )
-        condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "lastProbeTime": None,
-            "lastTransitionTime": now_rfc3339(),
-            "reason": "Unschedulable",
-            "message": message,
-        }
-        self._write_status(pod, {**pod["status"], "conditions": [condition]})
+        conditions = pod["status"].get("conditions") or []
+        if not any(c["type"] == "PodScheduled" and c.get("message") == message for c in conditions):
+            condition = {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+                "reason": "Unschedulable",
+                "message": message,
+            }
+            self._write_status(pod, {**pod["status"], "conditions": [condition]})
         record_event(
             self.store,
             pod,
@@ -368,7 +395,12 @@ class Kubelet:
 
     def _register_node(self) -> None:
         node = self.config.node
-        capacity = {"cpu": node.cpu, "memory": node.memory, "pods": str(node.pods)}
+        capacity = {
+            "cpu": node.cpu,
+            "ephemeral-storage": node.ephemeral_storage,
+            "memory": node.memory,
+            "pods": str(node.pods),
+        }
         if node.gpu:
             capacity[node.gpu_resource] = str(node.gpu)
         obj = {
@@ -376,7 +408,7 @@ class Kubelet:
             "apiVersion": "v1",
             "metadata": {
                 "name": node.name,
-                "labels": {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux"},
+                "labels": node.node_labels(),
             },
             "spec": {},
         }
