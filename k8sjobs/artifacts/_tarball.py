@@ -199,17 +199,23 @@ def check_links(root: Path, entries: list[Entry]) -> None:
     top = root.name
     links = {name: os.readlink(path) for name, path, st in entries if stat.S_ISLNK(st.st_mode)}
     for name in links:
-        path = os.path.join(os.path.dirname(root), name)
+        path = shown(os.path.join(os.path.dirname(root), name))
         try:
             lands = resolve(name, links)
         except LinkLoop:
             raise RegistryError(f"Cannot push {path}: the symlink is a loop of links.") from None
         if lands is None or not (lands == top or lands.startswith(top + "/")):
             raise RegistryError(
-                f'Cannot push {path}: the symlink points to "{links[name]}", outside '
-                f"{root}; a pull would refuse it. Make it point inside the directory, or "
-                "copy what it points to in."
+                f"Cannot push {path}: the symlink points to {shown(links[name])!r}, outside "
+                f"{shown(str(root))}; a pull would refuse it. Make it point inside the "
+                "directory, or copy what it points to in."
             )
+
+
+def shown(path: str) -> str:
+    """Return a path as an error message may show it: as it is when printable, else as the
+    bytes it names (a newline or a name that is not UTF-8 must not break the one line)."""
+    return path if path.isprintable() else repr(os.fsencode(path))
 
 
 def choose_level(entries: list[Entry], compression: Compression, level: int | None) -> int:
