@@ -766,7 +766,7 @@ def _requested(step: Step) -> dict[str, Any]:
     res = step.resources
     return {
         "nodes": res.nodes,
-        "cpu": res.cpu_per_node,
+        "cpu": res.cpu_cores,
         "memory": res.memory_bytes,
         "gpus": res.gpus,
     }

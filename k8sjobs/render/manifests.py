@@ -463,7 +463,7 @@ def _user_env(step: Step, name: str, namespace: str) -> list[dict[str, Any]]:
 
 def _resources(step: Step) -> dict[str, Any]:
     res = step.resources
-    amounts: dict[str, str] = {"cpu": str(res.cpu_per_node)}
+    amounts: dict[str, str] = {"cpu": res.cpu_quantity}
     if res.memory is not None:
         amounts["memory"] = str(res.memory)
     if res.gpus:

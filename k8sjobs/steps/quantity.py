@@ -87,6 +87,12 @@ def _value(match: re.Match[str], value: object) -> Fraction:
     return number * _BINARY.get(suffix, _DECIMAL.get(suffix, Fraction(1)))
 
 
+# A size written with a byte unit ("1GB", "512 MiB", "2gb"): refused with the two ways to
+# write it (Kubernetes takes no "B").
+_BYTE_UNIT = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<prefix>[KMGTPE])i?B", re.IGNORECASE)
+_POWERS = {"K": 10, "M": 20, "G": 30, "T": 40, "P": 50, "E": 60}
+
+
 def parse_bytes(value: str | int) -> int:
     """Return the bytes a memory quantity stands for ("4Gi", "500M", 1024), rounded up.
 
@@ -94,6 +100,15 @@ def parse_bytes(value: str | int) -> int:
     micro and nano suffixes are refused: "1m" for memory is almost always a mistaken "1M".
     """
     hint = 'write "12Gi" or a number of bytes'
+    unit = _BYTE_UNIT.fullmatch(value.strip()) if isinstance(value, str) else None
+    if unit is not None:  # "1GB", "512MiB", "2 gb": what people write for bytes elsewhere
+        number, prefix = unit["number"], unit["prefix"].upper()
+        decimal = "k" if prefix == "K" else prefix  # Kubernetes spells kilo "k", kibi "Ki"
+        raise ValueError(
+            f'"{value}" is not a Kubernetes quantity (it takes no "B"); write '
+            f'"{number}{prefix}i" for {number} x 2^{_POWERS[prefix]} bytes, or '
+            f'"{number}{decimal}" for {number} x 10^{_POWERS[prefix] * 3 // 10} bytes'
+        )
     if isinstance(value, str) and value.strip()[-1:] in ("m", "u", "n"):
         raise ValueError(
             f'"{value}" is not a Kubernetes quantity of bytes: "{value.strip()[-1]}" means '

@@ -36,6 +36,7 @@ from ..artifacts._reference import parse_reference, redact
 from .failure import Disruptions, check_exit_code_rules, check_exit_codes
 from .names import check_label_key
 from .quantity import parse_bytes as parse_quantity
+from .quantity import parse_cores
 from .scheduling import Affinity, ObjectName, check_spread
 from .volumes import Volume, check_volumes
 
@@ -217,13 +218,25 @@ class _Model(BaseModel):
         return names
 
 
+_MIB = 2**20
+
+
+def _cpu_text(cores: float) -> str:
+    """Return ``cores`` as Kubernetes writes a CPU quantity: whole cores, else millicores."""
+    milli = math.ceil(round(cores * 1000, 6))  # the API server rounds a request up to 1m
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
 class Resources(_Model):
     """What one step asks of the cluster, in Flux/Maestro terms plus memory.
 
     ``tasks`` (Maestro's ``procs``) is the total number of processes across ``nodes``;
     every node (pod) gets ``ceil(tasks / nodes) * cores_per_task`` cores, ``gpus`` GPUs
     and ``memory``. Requests equal limits, so the pods get the Guaranteed QoS class that
-    HPC codes expect.
+    HPC codes expect. ``cpu`` is the Kubernetes way, a quantity per pod (``250m``, ``0.5``,
+    ``2``), in place of the whole cores: thousands of small steps need not each hold a
+    core. The launcher's counts (``$(LAUNCHER)``, ``OMP_NUM_THREADS``) stay whole numbers
+    from tasks and cores_per_task.
     """
 
     nodes: Count = 1
@@ -234,12 +247,56 @@ class Resources(_Model):
     gpus: int = Field(0, ge=0, le=INT32_MAX, description="GPUs per node (pod).")
     gpu_resource: str = "nvidia.com/gpu"
     memory: str | int | None = Field(None, description="Per node: a quantity or bytes.")
+    cpu: str | float | None = Field(
+        None, description="Per node (pod): a Kubernetes CPU quantity, over cores_per_task."
+    )
+
+    @field_validator("cores_per_task", mode="before")
+    @classmethod
+    def _cores_are_whole(cls, value: Any) -> Any:
+        fractional = isinstance(value, float) and not value.is_integer()
+        if fractional or (isinstance(value, str) and not value.strip().isdigit()):
+            raise ValueError(
+                f'"{value}" is not a whole number of cores: cores_per_task counts the cores '
+                f"of each task (the launcher's -c); for a part of a core write cpu: "
+                f'"{value if isinstance(value, str) else f"{round(value * 1000)}m"}" instead'
+            )
+        return value
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu_is_quantity(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f'{value!r} is not a CPU quantity; write "250m", 0.5 or 2')
+        try:
+            cores = parse_cores(value)
+        except ValueError:
+            raise ValueError(
+                f'"{value}" is not a Kubernetes CPU quantity; write "250m", 0.5 or 2'
+            ) from None
+        if cores < 0.001:
+            raise ValueError(
+                f'"{value}" is less than the smallest CPU request (1m, a thousandth of a core)'
+            )
+        return value
 
     @field_validator("memory")
     @classmethod
     def _memory_is_quantity(cls, value: str | int | None) -> str | int | None:
-        if value is not None and parse_quantity(value) <= 0:
+        if value is None:
+            return None
+        amount = parse_quantity(value)
+        if amount <= 0:
             raise ValueError(f'"{value}" must be more than zero bytes')
+        bare = isinstance(value, int) or str(value).strip().isdigit()
+        if bare and amount < _MIB:
+            raise ValueError(
+                f"{value} is {value} bytes, less than 1Mi: a number without a suffix is "
+                f'bytes; write "{value}Mi" for {value} mebibytes (or "{value}M", '
+                f"{value} megabytes)"
+            )
         return value
 
     @field_validator("gpu_resource")
@@ -274,8 +331,20 @@ class Resources(_Model):
 
     @property
     def cpu_per_node(self) -> int:
-        """Return the cores each node (pod) requests."""
+        """Return the whole cores the launcher counts for each node (pod)."""
         return self.tasks_per_node * self.cores_per_task
+
+    @property
+    def cpu_quantity(self) -> str:
+        """Return the CPU each node (pod) requests, as Kubernetes writes it ("250m", "2")."""
+        if self.cpu is None:
+            return str(self.cpu_per_node)
+        return _cpu_text(parse_cores(self.cpu))
+
+    @property
+    def cpu_cores(self) -> float:
+        """Return the cores each node (pod) requests, as a number (0.25 for "250m")."""
+        return float(self.cpu_per_node) if self.cpu is None else parse_cores(self.cpu)
 
     @property
     def memory_bytes(self) -> int | None:

@@ -124,7 +124,8 @@ def test_validator_rejects_a_broken_job() -> None:
 
 SECRET_MARK = "SeCrEtVaLuE"
 SHELLS = [*KNOWN_SHELLS, "/bin/bash", "/usr/bin/env python3", "/bin/bash -eu", "/opt/x/bin/r"]
-QUANTITIES = ["4Gi", "500M", "1.5Gi", "1e9", 1024, "128Mi", "2G"]
+QUANTITIES = ["4Gi", "500M", "1.5Gi", "1e9", 2**21, "128Mi", "2G"]
+CPUS = ["250m", 0.5, "2", 1.5, "100m"]
 env_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(
     lambda n: not n.startswith("K8SJOBS_")
 )
@@ -165,6 +166,7 @@ def resources(draw: st.DrawFn) -> Resources:
         gpus=draw(st.integers(0, 2)),
         gpu_resource=draw(st.sampled_from(["nvidia.com/gpu", "amd.com/gpu"])),
         memory=draw(st.one_of(st.none(), st.sampled_from(QUANTITIES))),
+        cpu=draw(st.one_of(st.none(), st.sampled_from(CPUS))),
     )
 
 
