@@ -7,6 +7,8 @@ a shared file) and the fake's Kubernetes writes.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +22,8 @@ from k8sjobs.state import StepResult
 from k8sjobs.steps.spec import Step, StepOutput
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing.registry import RegistryServer, registry_available, registry_process
+
+from .waiting import wait_until
 
 STEPS = 20
 WRITES = ("create", "update", "patch", "delete")
@@ -168,3 +172,54 @@ async def test_two_studies_share_a_step_and_cache_false_always_runs(
         result = await (await s.submit(tree(count)[0], rerun=True)).wait(timeout=60)
     assert result.ok and result.reason != CACHED
     assert ran(count)["s00"] == 5
+
+
+def study_yaml(count: Path) -> str:
+    """Return the 20-step tree as a study file; each step takes a moment to run."""
+    lines = ["name: crash", "steps:"]
+    for i in range(STEPS):
+        lines += [
+            f"  - name: s{i:02d}",
+            f"    script: echo s{i:02d} >> {count}; sleep 0.4; echo s{i:02d} > out.txt",
+            "    outputs: {out: out.txt}",
+        ]
+        if i:
+            lines.append(f"    inputs: {{up: s{(i - 1) // 2:02d}.out}}")
+    return "\n".join(lines) + "\n"
+
+
+async def test_after_kill_9_of_the_driver_the_next_run_runs_each_step_once_in_all(
+    where: tuple[Callable[..., Session], FakeCluster | None], tmp_path: Path
+) -> None:
+    _, cluster = where
+    count = tmp_path / "ran"
+    (tmp_path / "study.yaml").write_text(study_yaml(count))
+    if cluster is None:
+        backend = ["--backend", "local", "--state-dir", str(tmp_path / "state")]
+    else:
+        registry = where[0]().store
+        assert registry is not None
+        backend = [
+            "--backend", "kubernetes", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--registry", registry, "--plain-http", "--state-dir", str(tmp_path / "state"),
+        ]  # fmt: skip
+    command = [sys.executable, "-m", "k8sjobs.cli", "run", "study.yaml", "--plain", *backend]
+
+    async def start() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *command, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+
+    driver = await start()
+    try:
+        await wait_until(lambda: len(ran(count)) >= 6, "six steps started", timeout=120)
+        driver.kill()  # SIGKILL: no cleanup of any kind
+        await driver.communicate()
+    finally:
+        if driver.returncode is None:
+            driver.kill()
+            await driver.communicate()
+    again = await start()
+    out, err = await asyncio.wait_for(again.communicate(), 300)
+    assert again.returncode == 0, out.decode() + err.decode()
+    assert ran(count) == Counter({f"s{i:02d}": 1 for i in range(STEPS)}), out.decode()

@@ -35,7 +35,7 @@ import anyio
 from ._keeper import start_time
 from ._podstatus import now
 
-__all__ = ["Keeper", "Orphan", "claim", "ended_status", "find_orphans"]
+__all__ = ["Keeper", "Orphan", "claim", "ended_status", "find_orphans", "unfinished_handoffs"]
 
 _POLL_SECONDS = 0.1
 # How long a keeper that has the request may take to write .keeper before it is followed as is.
@@ -176,6 +176,25 @@ def ended_status(status: Mapping[str, Any], codes: Mapping[str, int]) -> dict[st
         succeeded = succeeded and code == 0
     ended["phase"] = "Succeeded" if succeeded else "Failed"
     return ended
+
+
+def unfinished_handoffs(status: Mapping[str, Any], codes: Mapping[str, int]) -> list[str]:
+    """Return the containers that died with their driver after every other one succeeded.
+
+    Those ran inside the driver (the in-process push): none of them recorded an end and
+    none has a keeper's exit code, while every container that did end, ended 0.
+    """
+    statuses = _container_statuses(status)
+    ended = [c for c in statuses if "terminated" in (c.get("state") or {})]
+    if any(c["state"]["terminated"].get("exitCode") != 0 for c in ended):
+        return []
+    if any(code != 0 for code in codes.values()):
+        return []
+    return [
+        c["name"]
+        for c in status.get("containerStatuses") or []
+        if "terminated" not in (c.get("state") or {}) and c["name"] not in codes
+    ]
 
 
 def _container_statuses(status: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ from ..steps.names import label_value
 from ..steps.quantity import parse_bytes, parse_cores
 from ..steps.scheduling import ignored as ignored_scheduling
 from ..usage import Usage
-from ._adopt import Orphan, ended_status, find_orphans
+from ._adopt import Orphan, ended_status, find_orphans, unfinished_handoffs
 from ._faults import kill_point
 from ._handoff import InProcessHandoff, handoff_mode
 from ._logfile import chunks, lines, tail_offset
@@ -604,8 +604,16 @@ class _JobRun:
         self._judge()
         grace = self.backend.runner.kill_grace
         names = list(orphan.keepers)
-        codes = await asyncio.gather(*(orphan.keepers[name].wait(grace) for name in names))
-        pod["status"] = ended_status(orphan.status, dict(zip(names, codes, strict=True)))
+        ended = await asyncio.gather(*(orphan.keepers[n].wait(grace) for n in names))
+        codes = dict(zip(names, ended, strict=True))
+        for name in unfinished_handoffs(orphan.status, codes):
+            # Its script succeeded under a keeper; its push died with the driver: push now.
+            code = await self.backend.runner.finish_handoff(
+                pod, name, configmap=self._configmap, secret=self._secret
+            )
+            if code is not None:
+                codes[name] = code
+        pod["status"] = ended_status(orphan.status, codes)
         return str(pod["status"]["phase"])
 
     async def _run_pod(self, index: int | None) -> str:

@@ -125,6 +125,56 @@ class PodRunner:
         )
         return await pod_run.run()
 
+    async def finish_handoff(
+        self,
+        pod: Mapping[str, Any],
+        container_name: str,
+        *,
+        configmap: ConfigMapSource,
+        secret: SecretSource,
+    ) -> int | None:
+        """Run again, in the pod's sandbox, a handoff container that died with its driver.
+
+        The in-process push runs inside the driver, not under a keeper: a driver killed
+        after the script exited 0 leaves the outputs in the sandbox, unpushed. The driver
+        that adopts the pod pushes them (reading the exit-code marker once), so the step
+        is not run a second time. Returns the push's exit code, or None when the container
+        is not an in-process handoff (nothing was run).
+        """
+        if self.handoff is None:
+            return None
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        pod_run = _PodRun(
+            pod=pod,
+            sandbox=self.sandbox(namespace, meta["name"]),
+            sources=Sources(configmap, secret, namespace),
+            status=PodStatus(pod, lambda status: None),
+            extra_env={},
+            kill_grace=self.kill_grace,
+            memory=self._memory,
+            handoff=self.handoff,
+            volume_dirs=self.volume_dirs,
+        )
+        containers = (pod.get("spec") or {}).get("containers") or []
+        container = next((c for c in containers if c.get("name") == container_name), None)
+        if container is None:
+            return None
+        try:
+            plans = [
+                plan_volume(v, ro, pod, pod_run.sandbox, pod_run.sources, self.volume_dirs)
+                for v, ro in volumes_with_access(pod_run.spec)
+            ]
+            pod_run.volumes = {plan.name: plan.path for plan in plans}
+            launch = pod_run._prepare(container)
+        except ConfigError:
+            return None
+        call = pod_run._handoff_call(launch)
+        if call is None:
+            return None
+        log = pod_run.sandbox / "logs" / f"{container_name}.log"
+        return await self.handoff.run(call, launch.env, log, None)
+
 
 @dataclass
 class _PodRun:
