@@ -15,16 +15,19 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from .pending import POD_REASONS, is_permanent, last_seen
 from .status import parse_time, pod_failure
 from .steps.failure import disruption, rule_action
 
-__all__ = ["EVENT_LIMIT", "EventLog", "StepEvent", "pod_event"]
+__all__ = ["EVENT_LIMIT", "EventLog", "StepEvent", "pod_event", "warning_event"]
 
 #: Events a handle keeps (the oldest go first): a pod evicted in a loop cannot grow memory.
 EVENT_LIMIT = 50
 
 # What each podFailurePolicy action means for the step, in a person's words.
 _ACTION_TEXT = {
+    "Wait": "the step waits until it clears",
+    "Refused": "the step fails unless it clears within pending_grace",
     "Ignore": "retried without spending a retry",
     "Count": "counted against retries",
     "FailJob": "the step fails",
@@ -110,6 +113,27 @@ def pod_event(job: Obj, pod: Obj, *, deleted: bool = False) -> StepEvent | None:
         reason = "Disrupted" if disruption(pod) else "PodDeleted"
         message = f"pod {name} was deleted before it ended"
     return StepEvent(time=when, pod=name, reason=reason, message=message, action=action)
+
+
+def warning_event(event: Obj) -> StepEvent | None:
+    """Return the step event for a Warning Event about a step's Job or pod (``pending``),
+    else None: why it waits, once per object and reason."""
+    reason = str(event.get("reason") or "")
+    involved = event.get("involvedObject") or {}
+    kind = involved.get("kind")
+    if not (kind == "Job" and reason == "FailedCreate") and not (
+        kind == "Pod" and reason in POD_REASONS
+    ):
+        return None
+    message = str(event.get("message") or "").removeprefix("(combined from similar events): ")
+    action = "Refused" if is_permanent(reason, message) else "Wait"
+    return StepEvent(
+        time=last_seen(event),
+        pod=str(involved.get("name") or ""),
+        reason=reason,
+        message=message,
+        action=action,
+    )
 
 
 def _finished(status: Obj) -> datetime | None:

@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from .render.manifests import ANNOTATION_STEP, MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
+from .pending import blocked
+from .render.manifests import (
+    ANNOTATION_PENDING_TIMEOUT,
+    ANNOTATION_STEP,
+    MAIN_CONTAINER,
+    PULL_CONTAINER,
+    PUSH_CONTAINER,
+)
 from .render.minicluster import HANDOFF_CONTAINER
 from .render.multinode import is_launched
 from .state import StepResult, StepState
@@ -27,6 +34,7 @@ __all__ = [
     "grace_deadline",
     "judge",
     "parse_time",
+    "pending_deadline",
     "pod_failure",
     "unseen_pods",
 ]
@@ -79,21 +87,31 @@ def judge(
     now: datetime,
     pending_grace: float,
     gone: Iterable[Obj] = (),
+    warnings: Iterable[Obj] = (),
+    pending_timeout: float | None = None,
 ) -> StepResult:
     """Return the step's state, reason and facts as shown by ``job`` and its ``pods``.
 
     ``pending_grace`` is how many seconds a pod may sit in an image or configuration
-    error (ImagePullBackOff, CreateContainerConfigError, ...) before the step is FAILED.
-    ``gone`` are the last known states of the Job's pods that were deleted (an evicted or
-    deleted pod vanishes before its Job fails): they explain a failure, nothing else.
+    error (ImagePullBackOff, CreateContainerConfigError, ...), or the Job's pods be refused
+    by admission for a cause that cannot clear (``pending.is_permanent``), before the step
+    is FAILED. ``gone`` are the last known states of the Job's pods that were deleted (an
+    evicted or deleted pod vanishes before its Job fails): they explain a failure, nothing
+    else. ``warnings`` are the Warning Events about the Job and its pods (``k8sjobs.pending``):
+    why a step waits. ``pending_timeout`` (seconds from the Job's creation; the Job's
+    ``k8sjobs.io/pending-timeout`` annotation wins) fails a step that never started.
     """
     ordered = sorted(pods, key=_pod_order)
+    gone = list(gone)
     base = _base(job, ordered)
     status = job.get("status") or {}
     failed = _condition(status, _FAILED_CONDITIONS)
     if failed is not None:
         every = sorted([*gone, *ordered], key=_pod_order)
-        return _failed(base, job, failed, every).evolve(usage=_usage(every))
+        result = _failed(base, job, failed, every).evolve(usage=_usage(every))
+        if result.reason == "DeadlineExceeded" and not _ever_ran(every):
+            return _never_ran(result, job, ordered, gone, warnings)
+        return result
     complete = _condition(status, _COMPLETE_CONDITIONS)
     if complete is not None:
         finished = parse_time(status.get("completionTime")) or _transition(complete)
@@ -109,7 +127,91 @@ def judge(
             finished_at=finished,
             usage=_usage(ordered),
         )
-    return _live(base, job, ordered, now=now, grace=pending_grace)
+    result = _live(base, job, ordered, now=now, grace=pending_grace, warnings=warnings, gone=gone)
+    limit = _pending_timeout(job, pending_timeout)
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    if (
+        result.state is StepState.PENDING
+        and limit is not None
+        and created is not None
+        and (now - created).total_seconds() >= limit
+        and not _ever_ran([*gone, *ordered])
+        and not int(status.get("failed") or 0)
+    ):
+        why = f"{result.reason}: {result.message}" if result.message else result.reason
+        return result.evolve(
+            state=StepState.FAILED,
+            reason="PendingTimeout",
+            message=f"not started within pending_timeout ({limit:g} s); it waited: {why}",
+            finished_at=now,
+        )
+    return result
+
+
+def pending_deadline(
+    job: Obj,
+    pods: Iterable[Obj],
+    *,
+    pending_grace: float,
+    gone: Iterable[Obj] = (),
+    warnings: Iterable[Obj] = (),
+    pending_timeout: float | None = None,
+) -> datetime | None:
+    """Return the next moment the verdict of a waiting step changes by time alone.
+
+    The earliest of: an image or configuration error outlasting ``pending_grace``, a
+    permanent admission refusal outlasting it, the step's ``pending_timeout``. The backend
+    re-judges then (a timer, not a request). None when no such moment is due.
+    """
+    pods = list(pods)
+    moments = [grace_deadline(pods, pending_grace)]
+    live = [p for p in pods if (p.get("status") or {}).get("phase") in (None, "Pending", "Running")]
+    cause = blocked(job, live, warnings, [*pods, *gone])
+    if cause is not None and cause.permanent and cause.since is not None:
+        moments.append(cause.since + timedelta(seconds=pending_grace))
+    limit = _pending_timeout(job, pending_timeout)
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    if limit is not None and created is not None:
+        moments.append(created + timedelta(seconds=limit))
+    known = [m for m in moments if m is not None]
+    return min(known) if known else None
+
+
+def _pending_timeout(job: Obj, default: float | None) -> float | None:
+    """Return the step's own pending_timeout (its Job's annotation), else ``default``."""
+    text = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PENDING_TIMEOUT)
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
+
+
+def _ever_ran(pods: Iterable[Obj]) -> bool:
+    """Return whether any of ``pods`` ever ran a container (started, ended, or is running)."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Running", "Succeeded"):
+            return True
+        for key in ("initContainerStatuses", "containerStatuses"):
+            for container in status.get(key) or ():
+                state = container.get("state") or {}
+                if state.get("running") or (state.get("terminated") or {}).get("startedAt"):
+                    return True
+    return False
+
+
+def _never_ran(
+    result: StepResult, job: Obj, pods: list[Obj], gone: list[Obj], warnings: Iterable[Obj]
+) -> StepResult:
+    """Return a walltime failure that says the step never ran, and what it waited for."""
+    deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    walltime = f" ({deadline} s)" if deadline else ""
+    waited = _pending(result.evolve(state=StepState.PENDING), job, [*pods, *gone], warnings, [])
+    why = f"{waited.reason}: {waited.message}" if waited.message else waited.reason
+    return result.evolve(
+        exit_code=None,
+        message=f"the walltime{walltime} ran out before the step ever ran; it waited: {why}",
+    )
 
 
 def grace_deadline(pods: Iterable[Obj], pending_grace: float) -> datetime | None:
@@ -380,7 +482,14 @@ def _since(pod: Obj) -> datetime | None:
 
 
 def _live(
-    base: StepResult, job: Obj, pods: list[Obj], *, now: datetime, grace: float
+    base: StepResult,
+    job: Obj,
+    pods: list[Obj],
+    *,
+    now: datetime,
+    grace: float,
+    warnings: Iterable[Obj],
+    gone: list[Obj],
 ) -> StepResult:
     """Return PENDING or RUNNING for a Job without a terminal condition."""
     live = [p for p in pods if (p.get("status") or {}).get("phase") in (None, "Pending", "Running")]
@@ -402,10 +511,26 @@ def _live(
         return base.evolve(state=StepState.RUNNING, reason="Running")
     if (job.get("status") or {}).get("ready"):
         return base.evolve(state=StepState.RUNNING, reason="Running")
-    return _pending(base, job, live)
+    history = [*pods, *gone]
+    result = _pending(base, job, live, warnings, history)
+    cause = blocked(job, live, warnings, history) if result.reason == "FailedCreate" else None
+    if (
+        cause is not None
+        and cause.permanent
+        and cause.since is not None
+        and (now - cause.since).total_seconds() >= grace
+    ):
+        return result.evolve(
+            state=StepState.FAILED,
+            message=f"{result.message} (still refused after {grace:g}s)",
+            finished_at=now,
+        )
+    return result
 
 
-def _pending(base: StepResult, job: Obj, live: list[Obj]) -> StepResult:
+def _pending(
+    base: StepResult, job: Obj, live: list[Obj], warnings: Iterable[Obj], history: list[Obj]
+) -> StepResult:
     spec = job.get("spec") or {}
     status = job.get("status") or {}
     suspended = _condition(status, ("Suspended",))
@@ -424,6 +549,9 @@ def _pending(base: StepResult, job: Obj, live: list[Obj]) -> StepResult:
                 return base.evolve(
                     state=StepState.PENDING, reason=reason, message=str(cond.get("message", ""))
                 )
+    cause = blocked(job, live, warnings, history)
+    if cause is not None:  # a pod's FailedMount, say, or the Job's FailedCreate
+        return base.evolve(state=StepState.PENDING, reason=cause.reason, message=cause.message)
     if live:
         return base.evolve(state=StepState.PENDING, reason="ContainerCreating")
     failures = int(status.get("failed") or 0)

@@ -22,14 +22,17 @@ P, R, S, F = StepState.PENDING, StepState.RUNNING, StepState.SUCCEEDED, StepStat
 
 def transcript_states(
     path: Path,
-) -> Iterator[tuple[datetime, dict[str, Any], list[dict[str, Any]]]]:
-    """Yield (time, Job, pods) as a watch would know them after every event, in order."""
+) -> Iterator[tuple[datetime, dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Yield (time, Job, pods, Warning Events) as the watches would know them after every
+    event, in order (Job, Pod and Event watches merged by their time)."""
     data = json.loads(path.read_text())
     events = [("job", e) for e in data["job_watch_events"]]
-    events += [("pod", e) for e in data["pod_watch_events"]]
+    events += [("pod", e) for e in data.get("pod_watch_events", ())]
+    events += [("event", e) for e in data.get("event_watch_events", ())]
     events.sort(key=lambda item: item[1]["t"])
     job: dict[str, Any] | None = None
     pods: dict[str, dict[str, Any]] = {}
+    warnings: dict[str, dict[str, Any]] = {}
     start = datetime.fromisoformat(data["create_response"]["metadata"]["creationTimestamp"])
     for kind, event in events:
         if event["type"] == "BOOKMARK":
@@ -37,18 +40,32 @@ def transcript_states(
         obj = event["object"]
         if kind == "job":
             job = obj
+        elif kind == "event":
+            if obj.get("type") != "Warning":
+                continue
+            if event["type"] == "DELETED":
+                warnings.pop(obj["metadata"]["name"], None)
+            else:
+                warnings[obj["metadata"]["name"]] = obj
         elif event["type"] == "DELETED":
             pods.pop(obj["metadata"]["name"], None)
         else:
             pods[obj["metadata"]["name"]] = obj
         if job is not None:
-            yield start + timedelta(seconds=event["t"]), job, list(pods.values())
+            now = start + timedelta(seconds=event["t"])
+            yield now, job, list(pods.values()), list(warnings.values())
+
+
+#: Seconds a pod may sit in an image error, or a Job's pods be refused for a cause that
+#: cannot clear, in the replays: below the 31.6 s over which the job controller's
+#: FailedCreate retries were recorded, so a permanent refusal fails within the transcript.
+GRACE = 20
 
 
 def _replay(path: Path) -> Iterator[StepResult]:
-    """Yield judge()'s verdict after every Job or Pod watch event, in the order they came."""
-    for now, job, pods in transcript_states(path):
-        yield judge(job, pods, now=now, pending_grace=60)
+    """Yield judge()'s verdict after every Job, Pod or Event watch event, in order."""
+    for now, job, pods, warnings in transcript_states(path):
+        yield judge(job, pods, now=now, pending_grace=GRACE, warnings=warnings)
 
 
 def _states(results: list[StepResult]) -> list[StepState]:
@@ -82,6 +99,13 @@ EXPECTED = {
     "job-evicted-pod-failure-policy-ignore.json": ([P, R, S], "Completed", 0),
     # The script did not fail: its pod was deleted (SIGTERM, 143), and the step says so.
     "job-running-pod-deleted.json": ([P, R, F], "PodDeleted", 143),
+    "job-configmap-created-after-job.json": ([P, R, S], "Completed", 0),
+    # Admission refuses every pod; only the job controller's Warning Events say so. A cause
+    # that cannot clear fails the step after the grace; a used-up quota keeps it PENDING.
+    "job-failedcreate-missing-priorityclass.json": ([P, F], "FailedCreate", None),
+    "job-failedcreate-missing-runtimeclass.json": ([P, F], "FailedCreate", None),
+    "job-failedcreate-limitrange-max.json": ([P, F], "FailedCreate", None),
+    "job-failedcreate-quota-exceeded.json": ([P], "FailedCreate", None),
 }
 
 
@@ -90,11 +114,31 @@ def test_transcript_state_sequence(path: Path) -> None:
     results = list(_replay(path))
     states, reason, code = EXPECTED[path.name]
     assert _states(results) == states
-    final = next(r for r in results if r.state.terminal)
+    final = next((r for r in results if r.state.terminal), results[-1])
     assert final.reason == reason
     assert final.exit_code == code
+    if reason == "FailedCreate":  # no pod ever existed: the server's own words say why
+        warning = json.loads(path.read_text())["event_watch_events"][-1]["object"]
+        told = warning["message"]
+        assert final.message == told + (
+            f" (still refused after {GRACE}s)" if final.state is F else ""
+        )
+        assert final.finished_at is not None or final.state is P
+        return
     assert final.started_at is not None and final.finished_at is not None
     assert final.pods
+
+
+def test_a_refusal_is_pending_with_the_servers_words_before_the_grace() -> None:
+    """Before the grace, every refused step is PENDING with the job controller's reason and
+    message (the newest Event's): that is what the handle, the table and status show."""
+    for name in ("missing-priorityclass", "limitrange-max", "quota-exceeded"):
+        path = REFERENCE / f"job-failedcreate-{name}.json"
+        first = next(r for r in _replay(path) if r.reason == "FailedCreate")
+        assert first.state is P
+        assert (
+            first.message.startswith("Error creating: pods ") and " is forbidden: " in first.message
+        )
 
 
 def test_failed_step_names_the_rule_or_the_deletion() -> None:

@@ -81,6 +81,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "",
+        "events",
+        ("list", "watch"),
+        "follow the namespace's Warning Events (one shared watch) to tell why a step waits: "
+        "its pods refused by admission (FailedCreate), unschedulable, a volume not mounted",
+    ),
+    Rule(
+        "",
         "pods/log",
         ("get",),
         "read and follow logs; read the push container's output digests; save a failed log",

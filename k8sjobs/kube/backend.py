@@ -16,14 +16,14 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, ClusterUnreachable, NotFound, ServerUnavailable
-from ..events import pod_event
+from ..events import pod_event, warning_event
 from ..handle import StepHandle
 from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
@@ -36,10 +36,11 @@ from ..render.manifests import (
 )
 from ..render.minicluster import HANDOFF_CONTAINER
 from ..state import StepResult, StepState
-from ..status import IMAGE_ERRORS, grace_deadline, judge, unseen_pods
+from ..status import judge, pending_deadline, unseen_pods
 from ..steps.names import label_value
 from .client import (
     CONFIGMAPS,
+    EVENTS,
     JOBS,
     MINICLUSTERS,
     POD_LOGS,
@@ -52,7 +53,7 @@ from .config import ClusterConfig, kubeconfig_path, load_config
 from .create import create_step, ended, top_kind
 from .logkeep import LogKeeper, file_name
 from .reach import ApiHealth, probe
-from .watch import Change, Informer, WatchStats
+from .watch import Change, Informer, WatchStats, slim_event
 
 __all__ = ["KubernetesBackend"]
 
@@ -65,12 +66,88 @@ _GONE_LIMIT = 20
 VERDICT_GRACE = 10.0
 
 
+class EventWatch:
+    """The Warning Events of one namespace (one informer for every study there), by object.
+
+    Events cannot be selected by their object's labels, so one watch with ``type=Warning``
+    serves the namespace; each change re-judges only the step it is about (found by the
+    study watches' Job and pod names). A namespace whose Events may not be listed (403)
+    only loses the reasons: a WARNING says so and the steps are followed as before.
+    """
+
+    def __init__(self, backend: KubernetesBackend, namespace: str) -> None:
+        self.namespace = namespace
+        self.studies: list[StudyWatch] = []
+        # (kind, name) of the object -> its Warning Events by Event name.
+        self.by_object: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._about: dict[str, tuple[str, str]] = {}
+        self.informer = Informer(
+            backend.client,
+            EVENTS,
+            namespace,
+            "",
+            self._changed,
+            fields="type=Warning",
+            slimmer=slim_event,
+            **backend.watch_policy(),
+        )
+        self._task = asyncio.create_task(self._run(), name=f"k8sjobs-watch-events-{namespace}")
+
+    async def _run(self) -> None:
+        try:
+            await self.informer.run()
+        except ApiError as exc:  # refused before it listed (403): the steps go on without
+            log.warning(
+                'Warning Events in namespace "%s" cannot be followed (%s): why a step waits '
+                "will not be shown; `k8sjobs rbac` grants list and watch on events",
+                self.namespace,
+                exc,
+            )
+            self.informer.synced.set()
+
+    async def synced(self) -> None:
+        """Return once the first list has been applied (or the watch was refused)."""
+        await self.informer.synced.wait()
+
+    async def aclose(self) -> None:
+        """Stop the informer."""
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    def about(self, job: str, pods: Iterable[str]) -> list[dict[str, Any]]:
+        """Return the Warning Events about the Job ``job`` and the pods named ``pods``."""
+        found = list(self.by_object.get(("Job", job), {}).values())
+        for pod in pods:
+            found.extend(self.by_object.get(("Pod", pod), {}).values())
+        return found
+
+    def _changed(self, change: Change) -> None:
+        previous = self._about.pop(change.name, None)
+        if previous is not None:
+            events = self.by_object.get(previous, {})
+            events.pop(change.name, None)
+            if not events:
+                self.by_object.pop(previous, None)
+        if change.obj is None:
+            return
+        involved = change.obj.get("involvedObject") or {}
+        key = (str(involved.get("kind") or ""), str(involved.get("name") or ""))
+        self.by_object.setdefault(key, {})[change.name] = change.obj
+        self._about[change.name] = key
+        for study in self.studies:
+            study.warning_changed(key, change.obj)
+
+
 class StudyWatch:
     """The Job and Pod informers of one namespace and study, and the handles they feed."""
 
-    def __init__(self, backend: KubernetesBackend, namespace: str, study_label: str) -> None:
+    def __init__(
+        self, backend: KubernetesBackend, namespace: str, study_label: str, events: EventWatch
+    ) -> None:
         self.backend = backend
         self.namespace = namespace
+        self.events = events
+        events.studies.append(self)
         selector = f"{LABEL_STUDY}={study_label}"
         client = backend.client
         policy = backend.watch_policy()
@@ -84,7 +161,8 @@ class StudyWatch:
         # fails): they explain a failure and keep their kept logs reachable. Bounded per Job.
         self.gone_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         self.gone: dict[str, asyncio.Event] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Re-judgements due by time alone (a grace, a pending_timeout): when, and the timer.
+        self._timers: dict[str, tuple[datetime, asyncio.TimerHandle]] = {}
         # Jobs whose verdict waits for their pods' ends: the grace timer, None once it fired.
         self._held: dict[str, asyncio.TimerHandle | None] = {}
         # Jobs whose handles ``attach`` made for what it found (see ``_hold``).
@@ -99,10 +177,14 @@ class StudyWatch:
 
         Raises the error of an informer that gave up (a 403 on the first list, say).
         """
-        if self.jobs.synced.is_set() and self.pods.synced.is_set():
+        if (
+            self.jobs.synced.is_set()
+            and self.pods.synced.is_set()
+            and self.events.informer.synced.is_set()
+        ):
             return
         both: asyncio.Future[Any] = asyncio.ensure_future(
-            asyncio.gather(self.jobs.synced.wait(), self.pods.synced.wait())
+            asyncio.gather(self.jobs.synced.wait(), self.pods.synced.wait(), self.events.synced())
         )
         try:
             pending: list[asyncio.Future[Any]] = [both, *self._tasks]
@@ -117,9 +199,11 @@ class StudyWatch:
 
     async def aclose(self) -> None:
         """Stop both informers and every pending grace timer."""
-        for timer in [*self._timers.values(), *self._held.values()]:
+        for timer in [*(t for _, t in self._timers.values()), *self._held.values()]:
             if timer is not None:
                 timer.cancel()
+        if self in self.events.studies:
+            self.events.studies.remove(self)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -137,6 +221,11 @@ class StudyWatch:
             event = pod_event(job or {}, pod)  # what a re-attached handle can still see
             if event is not None:
                 handle.add_event(event)
+        pods = self.pods_by_job.get(handle.object_name, {})
+        for warning in self.events.about(handle.object_name, pods) if job else ():
+            said = warning_event(warning)  # why it waited, while the server keeps the Events
+            if said is not None:
+                handle.add_event(said)
         if job is not None:
             self.refresh(handle.object_name)
 
@@ -210,7 +299,17 @@ class StudyWatch:
         pods = list(self.pods_by_job.get(job_name, {}).values())
         gone = list(self.gone_by_job.get(job_name, {}).values())
         grace = self.backend.pending_grace
-        result = judge(job, pods, now=datetime.now(UTC), pending_grace=grace, gone=gone)
+        warnings = self.events.about(job_name, self.pods_by_job.get(job_name, {}))
+        timeout = self.backend.pending_timeout
+        result = judge(
+            job,
+            pods,
+            now=datetime.now(UTC),
+            pending_grace=grace,
+            gone=gone,
+            warnings=warnings,
+            pending_timeout=timeout,
+        )
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
         if result.state.terminal:
@@ -231,8 +330,17 @@ class StudyWatch:
             self.backend._finish(self, handle, job, pods, result)
             return
         handle.report(result)
-        if result.reason in IMAGE_ERRORS:
-            self._arm_timer(job_name, pods, grace)
+        if result.state is StepState.PENDING:
+            due = pending_deadline(
+                job,
+                pods,
+                pending_grace=grace,
+                gone=gone,
+                warnings=warnings,
+                pending_timeout=timeout,
+            )
+            if due is not None:
+                self._arm_timer(job_name, due)
 
     def settling(self, job_name: str) -> bool:
         """Return whether a terminal verdict of ``job_name`` waits for its pods' ends."""
@@ -261,19 +369,34 @@ class StudyWatch:
         self._held[job_name] = loop.call_later(wait, expire)
         return True
 
-    def _arm_timer(self, job_name: str, pods: list[dict[str, Any]], grace: float) -> None:
-        """Re-judge when an image error outlasts the grace time (a timer, not a request)."""
-        deadline = grace_deadline(pods, grace)
-        if deadline is None or job_name in self._timers:
-            return
-        delay = max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.01
+    def _arm_timer(self, job_name: str, due: datetime) -> None:
+        """Re-judge ``job_name`` at ``due`` (a grace or pending_timeout ends): a timer, not a
+        request. A sooner moment replaces a later one; a later one waits its turn."""
+        armed = self._timers.get(job_name)
+        if armed is not None:
+            if armed[0] <= due:
+                return
+            armed[1].cancel()
+        delay = max(0.0, (due - datetime.now(UTC)).total_seconds()) + 0.01
         loop = asyncio.get_running_loop()
 
         def fire() -> None:
             self._timers.pop(job_name, None)
             self.refresh(job_name)
 
-        self._timers[job_name] = loop.call_later(delay, fire)
+        self._timers[job_name] = (due, loop.call_later(delay, fire))
+
+    def warning_changed(self, about: tuple[str, str], event: dict[str, Any]) -> None:
+        """A Warning Event about ``about`` (kind, name) came: record it, re-judge its step."""
+        kind, name = about
+        job = name if kind == "Job" else self._job_of_pod.get(name) if kind == "Pod" else None
+        if job is None or job not in self.jobs.cache.objects:
+            return  # not this study's (a pod not seen yet is judged with it when it comes)
+        handle = self.handles.get(job)
+        step_event = warning_event(event)
+        if handle is not None and step_event is not None and handle.add_event(step_event):
+            log.info('Step "%s": %s', handle.name, step_event.describe())
+        self.refresh(job)
 
 
 class KubernetesBackend:
@@ -294,6 +417,10 @@ class KubernetesBackend:
     follow request per pod: a per-step read that a study of many steps pays).
     ``verdict_grace`` (seconds) bounds how long a terminal Job's verdict waits for the pod
     watch to show the ends of the pods the Job counts (it is woken by their events).
+    ``pending_timeout`` (seconds, None: off, the default, as queues like Kueue wait by
+    design) fails a step that has not started that long after its Job was made; a step's
+    own ``pending_timeout`` wins. ``pending_grace`` also bounds how long a step's pods may be
+    refused by admission for a cause that cannot clear (a missing PriorityClass, ...).
     """
 
     kind = "kubernetes"
@@ -307,6 +434,7 @@ class KubernetesBackend:
         context: str | None = None,
         keep_failed: bool = False,
         pending_grace: float = 120.0,
+        pending_timeout: float | None = None,
         relist_interval: float | None = 900.0,
         config: ClusterConfig | None = None,
         follow_logs: int = 32,
@@ -321,6 +449,7 @@ class KubernetesBackend:
         self.logkeeper = LogKeeper(self.log_dir, follow_logs)
         self.keep_failed = keep_failed
         self.pending_grace = pending_grace
+        self.pending_timeout = _check_pending_timeout(pending_timeout)
         self.verdict_grace = VERDICT_GRACE
         self._kubeconfig = kubeconfig
         self._context = context
@@ -331,6 +460,7 @@ class KubernetesBackend:
         _check_watch_bounds(self._options.watch_idle, relist_interval)
         self._client: KubeClient | None = None
         self._watches: dict[tuple[str, str], StudyWatch] = {}
+        self._event_watches: dict[str, EventWatch] = {}
         # (namespace, name) of the steps this driver sent as Flux Operator MiniClusters.
         self._miniclusters: set[tuple[str, str]] = set()
         self._watch_lock = asyncio.Lock()
@@ -418,6 +548,9 @@ class KubernetesBackend:
         for watch in self._watches.values():
             await watch.aclose()
         self._watches.clear()
+        for events in self._event_watches.values():
+            await events.aclose()
+        self._event_watches.clear()
         await self.logkeeper.aclose()
         if self._client is not None:
             await self._client.aclose()
@@ -764,7 +897,10 @@ class KubernetesBackend:
         async with self._watch_lock:
             watch = self._watches.get(key)
             if watch is None:
-                watch = StudyWatch(self, namespace, key[1])
+                events = self._event_watches.get(namespace)
+                if events is None:
+                    events = self._event_watches[namespace] = EventWatch(self, namespace)
+                watch = StudyWatch(self, namespace, key[1], events)
                 self._watches[key] = watch
         await watch.synced()
         return watch
@@ -773,6 +909,16 @@ class KubernetesBackend:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _check_pending_timeout(value: float | None) -> float | None:
+    """Return ``value`` if it is a positive number of seconds or None; refuse it otherwise."""
+    if value is not None and not (isinstance(value, (int, float)) and value > 0):
+        raise ValueError(
+            f"pending_timeout must be a number of seconds above 0, or None to wait for as "
+            f"long as it takes (not {value!r}); try 3600"
+        )
+    return value
 
 
 def _check_watch_bounds(idle: float, relist_interval: float | None) -> None:

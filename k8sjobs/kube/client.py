@@ -29,6 +29,7 @@ from .reach import ApiHealth
 
 __all__ = [
     "CONFIGMAPS",
+    "EVENTS",
     "JOBS",
     "PODS",
     "SECRETS",
@@ -70,6 +71,7 @@ SERVICES = Kind("/api/v1", "services")
 PODS = Kind("/api/v1", "pods")
 POD_LOGS = Kind("/api/v1", "pods", sub="log")
 JOBS = Kind("/apis/batch/v1", "jobs")
+EVENTS = Kind("/api/v1", "events")
 #: A Flux Operator MiniCluster (a step with ``target: minicluster``).
 MINICLUSTERS = Kind("/apis/flux-framework.org/v1alpha2", "miniclusters")
 
@@ -228,7 +230,7 @@ class KubeClient:
         return {**page, "metadata": {"resourceVersion": version}, "items": items}
 
     async def list_pages(
-        self, kind: Kind, namespace: str, selector: str = "", *, limit: int = 500
+        self, kind: Kind, namespace: str, selector: str = "", *, limit: int = 500, fields: str = ""
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield each page of the List of objects matching ``selector`` (see ``list_all``).
 
@@ -236,6 +238,8 @@ class KubeClient:
         Jobs decoded at once is ~2 GB, a page of 500 ~10 MB.
         """
         paging = {"limit": str(limit)} if limit else {}
+        if fields:
+            paging["fieldSelector"] = fields
         params = paging
         while True:
             page = await self.list(kind, namespace, selector, **params)

@@ -35,7 +35,16 @@ import aiohttp
 from ..errors import ApiError, Gone, NotFound
 from .client import Kind, KubeClient
 
-__all__ = ["Cache", "Change", "Informer", "WatchStats", "events", "slim", "wait_deleted"]
+__all__ = [
+    "Cache",
+    "Change",
+    "Informer",
+    "WatchStats",
+    "events",
+    "slim",
+    "slim_event",
+    "wait_deleted",
+]
 
 log = logging.getLogger("k8sjobs.kube")
 
@@ -97,6 +106,7 @@ _KEEP_ANNOTATIONS = (
     "k8sjobs.io/study-name",
     "k8sjobs.io/outputs",
     "k8sjobs.io/failed-outputs",
+    "k8sjobs.io/pending-timeout",
     # judge() names the index of a multi-node step's failed pod.
     "batch.kubernetes.io/job-completion-index",
 )
@@ -202,12 +212,46 @@ def slim(obj: Mapping[str, Any]) -> Obj:
     }
 
 
-class Cache:
-    """The latest body of every object a watch reported, by name (pure, no I/O)."""
+_EVENT_FIELDS = (
+    "reason",
+    "message",
+    "type",
+    "count",
+    "firstTimestamp",
+    "lastTimestamp",
+    "eventTime",
+)
 
-    def __init__(self) -> None:
+
+def slim_event(obj: Mapping[str, Any]) -> Obj:
+    """Return the parts of a core/v1 Event that ``k8sjobs.pending`` reads: what it is about,
+    why, and when (no managedFields, no source)."""
+    meta = obj.get("metadata") or {}
+    involved = obj.get("involvedObject") or {}
+    kept: Obj = {
+        "metadata": _compact({k: meta[k] for k in _KEEP_META if k in meta}, share=False),
+        "involvedObject": _compact(
+            {k: involved[k] for k in ("kind", "name", "uid") if k in involved}, share=False
+        ),
+    }
+    kept.update({k: obj[k] for k in _EVENT_FIELDS if obj.get(k) is not None})
+    series = obj.get("series") or {}
+    if series:
+        kept["series"] = {k: series[k] for k in ("count", "lastObservedTime") if k in series}
+    return kept
+
+
+class Cache:
+    """The latest body of every object a watch reported, by name (pure, no I/O).
+
+    ``slimmer`` keeps of each object what is read of it (``slim`` for Jobs and Pods,
+    ``slim_event`` for Events).
+    """
+
+    def __init__(self, slimmer: Callable[[Mapping[str, Any]], Obj] = slim) -> None:
         self.objects: dict[str, Obj] = {}
         self.resource_version = ""
+        self.slim = slimmer
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> Change | None:
         """Apply one watch event; return the change, or None if it was already seen."""
@@ -224,7 +268,7 @@ class Cache:
         current = self.objects.get(name)
         if current is not None and current["metadata"].get("resourceVersion") == version:
             return None
-        self.objects[name] = body = slim(obj)
+        self.objects[name] = body = self.slim(obj)
         return Change(name, body, "ADDED" if current is None else "MODIFIED")
 
     def replace(self, items: Iterable[Mapping[str, Any]], resource_version: str) -> list[Change]:
@@ -259,7 +303,7 @@ class Relist:
             current = objects.get(name)
             version = str(meta.get("resourceVersion") or "")
             same = current is not None and current["metadata"].get("resourceVersion") == version
-            self._fresh[name] = None if same else slim(item)
+            self._fresh[name] = None if same else self._cache.slim(item)
             self.count += 1
 
     def finish(self, resource_version: str) -> list[Change]:
@@ -286,7 +330,8 @@ class Informer:
     server leaves between bookmarks; up to ``idle / 20`` later, see ``_watch``).
     ``relist_every``: mean seconds between safety-net relists (each jittered by +-20%),
     None for none. ``stats`` is shared by a backend's
-    informers.
+    informers. ``fields`` is a field selector (``type=Warning``), ``slimmer`` what the
+    cache keeps of each object.
     """
 
     def __init__(
@@ -301,12 +346,15 @@ class Informer:
         idle: float = 120.0,
         relist_every: float | None = None,
         stats: WatchStats | None = None,
+        fields: str = "",
+        slimmer: Callable[[Mapping[str, Any]], Obj] = slim,
     ) -> None:
         self.client = client
         self.kind = kind
         self.namespace = namespace
         self.selector = selector
-        self.cache = Cache()
+        self.fields = fields
+        self.cache = Cache(slimmer)
         self.synced = asyncio.Event()
         self.stats = stats if stats is not None else WatchStats()
         self._on_change = on_change
@@ -363,7 +411,8 @@ class Informer:
     async def _list(self, reason: str) -> None:
         relist, version = Relist(self.cache), ""
         # Page by page, each slimmed before the next: never the whole list decoded at once.
-        async for page in self.client.list_pages(self.kind, self.namespace, self.selector):
+        pages = self.client.list_pages(self.kind, self.namespace, self.selector, fields=self.fields)
+        async for page in pages:
             relist.take(page.get("items") or ())
             version = str((page.get("metadata") or {}).get("resourceVersion") or "")
         self.relists += 1
@@ -398,6 +447,8 @@ class Informer:
         }
         if self.selector:
             params["labelSelector"] = self.selector
+        if self.fields:
+            params["fieldSelector"] = self.fields
         loop = asyncio.get_running_loop()
         started = loop.time()
         streaming = self._heard = False

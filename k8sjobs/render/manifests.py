@@ -70,6 +70,8 @@ ANNOTATION_STUDY = "k8sjobs.io/study-name"
 ANNOTATION_STEP = "k8sjobs.io/step-name"
 ANNOTATION_OUTPUTS = "k8sjobs.io/outputs"
 ANNOTATION_FAILED_OUTPUTS = "k8sjobs.io/failed-outputs"
+#: A step's own pending_timeout (seconds), read by the judgement from the watched Job.
+ANNOTATION_PENDING_TIMEOUT = "k8sjobs.io/pending-timeout"
 
 MAIN_CONTAINER = "step"
 PULL_CONTAINER = "k8sjobs-pull"
@@ -236,6 +238,8 @@ def render(
     }
     if outputs:
         annotations[ANNOTATION_OUTPUTS] = json.dumps(outputs, sort_keys=True)
+    if step.pending_timeout is not None:
+        annotations[ANNOTATION_PENDING_TIMEOUT] = f"{step.pending_timeout.total_seconds():g}"
     failed = _failed_outputs(step, target)
     if failed:
         annotations[ANNOTATION_FAILED_OUTPUTS] = json.dumps(failed, sort_keys=True)

@@ -92,6 +92,7 @@ EXCLUDED_FIELDS = frozenset(
         "fail_on_exit_codes",
         "push_outputs",
         "walltime",
+        "pending_timeout",
         "ttl_after_finished",
         "node_selector",
         "tolerations",

@@ -505,6 +505,8 @@ class Step(_Model):
     fail_on_exit_codes: ExitCodes = []
     push_outputs: Literal["on_success", "always"] = "on_success"
     walltime: Duration = None
+    # Fail a step not started this long after it was sent (k8sjobs.status, docs/states.md).
+    pending_timeout: Duration = None
     ttl_after_finished: Duration = None
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
@@ -670,7 +672,7 @@ class Step(_Model):
             cls._names_are_subdomains(name)
         return value
 
-    @field_validator("walltime")
+    @field_validator("walltime", "pending_timeout")
     @classmethod
     def _walltime_positive(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value.total_seconds() < 1:

@@ -53,6 +53,7 @@ async def test_every_step_ends_on_three_writes_and_one_list_and_watch_per_kind(
     assert {k: v for k, v in counts.items() if k.startswith(("list", "get"))} == {
         "list jobs": 2,
         "list pods": 1,
+        "list events": 1,
     }, counts
     assert 1 <= counts["watch jobs"] <= 10 and 1 <= counts["watch pods"] <= 10, counts
 

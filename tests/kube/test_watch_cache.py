@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from k8sjobs.kube.watch import Cache, Relist, slim
+from k8sjobs.kube.watch import Cache, Relist, slim, slim_event
 from k8sjobs.status import judge
 
 from ..test_status import REFERENCE, transcript_states
@@ -25,9 +25,15 @@ TRANSCRIPTS = sorted(REFERENCE.glob("job-*.json"))
 def test_slim_copies_get_the_verdict_the_full_objects_get(path: Path) -> None:
     """After every event of a real server's transcript, judge() says the same of the cached
     (slim) Job and pods as of the objects the server sent."""
-    for now, job, pods in transcript_states(path):
-        full = judge(job, pods, now=now, pending_grace=60)
-        kept = judge(slim(job), [slim(p) for p in pods], now=now, pending_grace=60)
+    for now, job, pods, warnings in transcript_states(path):
+        full = judge(job, pods, now=now, pending_grace=20, warnings=warnings)
+        kept = judge(
+            slim(job),
+            [slim(p) for p in pods],
+            now=now,
+            pending_grace=20,
+            warnings=[slim_event(e) for e in warnings],
+        )
         assert kept == full
 
 

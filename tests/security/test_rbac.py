@@ -185,9 +185,13 @@ async def test_cli_reports_a_refusal_with_the_right_to_grant(
     code, err = await _status_refused(cluster, rbac, tmp_path)
     first = err.splitlines()[0]
     assert code == 2
-    assert first.startswith('error: list jobs in namespace "default": jobs.batch is forbidden')
+    # The session's start is refused: one line naming the server, the refusal and the grant.
+    assert first.startswith(f"error: Kubernetes API server {cluster.url} ")
+    assert 'list jobs in namespace "default": jobs.batch is forbidden' in first
     grant = 'grant verb "list" on resource "jobs" (apiGroup "batch") to this identity'
-    assert first.endswith(grant)
+    assert grant in first and first.endswith(
+        "`k8sjobs rbac` prints a Role and RoleBinding that grant what k8sjobs needs."
+    )
 
 
 async def test_cli_refusal_prints_no_traceback(

@@ -62,6 +62,7 @@ SAME: dict[str, dict[str, Any]] = {
     "fail_on_exit_codes": {"fail_on_exit_codes": [4]},
     "push_outputs": {"push_outputs": "always"},
     "walltime": {"walltime": "1h"},
+    "pending_timeout": {"pending_timeout": "1h"},
     "ttl_after_finished": {"ttl_after_finished": "1h"},
     "node_selector": {"node_selector": {"zone": "a"}},
     "tolerations": {"tolerations": [{"key": "gpu", "operator": "Exists"}]},
