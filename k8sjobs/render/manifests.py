@@ -26,6 +26,7 @@ import yaml
 from pydantic import SecretStr
 
 from .._version import __version__
+from ..artifacts._reference import redact
 from ..steps.failure import pod_failure_policy
 from ..steps.names import job_name, label_value
 from ..steps.scheduling import pod_fields
@@ -130,6 +131,17 @@ class Target:
     plain_http: bool = False
     registry_secret: str | None = None
     handoff_image: str = HANDOFF_IMAGE
+
+    def __post_init__(self) -> None:
+        # The store location goes into the step's ConfigMap: credentials in it would be
+        # readable by anyone who may read ConfigMaps (and printed by kubectl describe).
+        store = self.store
+        if store is not None and not store.startswith("oci:") and redact(store) != store:
+            raise ValueError(
+                f'store "{redact(store)}": a store location cannot hold credentials '
+                "(user:password@host), which would be written into the step's ConfigMap; "
+                "give registry_secret (a kubernetes.io/dockerconfigjson Secret) instead."
+            )
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ def test_the_artifact_command_redacts_a_reference_with_credentials(
     extra = {"pull": [str(tmp_path / "out")], "push": [str(tmp_path / "f")], "rm": []}[verb]
     code = main(["artifact", verb, CRED_REF, *extra, "--store", f"oci:{tmp_path / 'l'}"])
     captured = capsys.readouterr()
-    assert code == 1
+    assert code == 2  # a mistake in the command line (docs/cli.md)
+    assert captured.err.count("\n") == 1
     _redacted(captured.err)
     assert SECRET not in captured.out
 
@@ -222,3 +223,15 @@ def test_scrub_redacts_bare_userinfo_but_not_digests_or_mail() -> None:
     digest = "sha256:" + "a" * 64
     for kept in (f"team/x@{digest}", f"x:v1@{digest}", "bob@example.com wrote"):
         assert scrub(kept) == kept
+
+
+def test_a_rendered_store_with_credentials_is_refused_before_anything_is_written() -> None:
+    """Rendered, the store location goes into the step's ConfigMap: a password in it would be
+    there for anyone who may read ConfigMaps (it was, on main)."""
+    from k8sjobs import Step
+    from k8sjobs.render.manifests import Target, render
+
+    with pytest.raises(ValueError) as caught:
+        render(Step(name="s", script="true"), Target(store=f"robot:{SECRET}@registry.example:5000"))
+    _redacted(_shown(caught.value))
+    assert "registry_secret" in str(caught.value)
