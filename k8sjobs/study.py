@@ -509,6 +509,24 @@ class StepRecord:
             return "not run"
         return "adopted" if self.handle.adopted or self.adopted else "ran"
 
+    def seen(self) -> StepResult:
+        """Return the result, timed by this driver where the backend's stamps are whole seconds.
+
+        The Kubernetes API stamps a step's start and end to the second, so a step of 0.3 s
+        would read "<1s"; the runner saw it start and end to the microsecond, on one clock
+        (its own), so the live table shows "340ms". Finer stamps (the local backend's) and
+        an adopted step's (it ran before this driver looked) are kept as they are.
+        """
+        r = self.result
+        whole = r.started_at is not None and r.started_at.microsecond == 0
+        if not whole or self.adopted or self.running_at is None:
+            return r
+        if r.finished_at is None:
+            return r.evolve(started_at=self.running_at)
+        if r.finished_at.microsecond or self.ended_at is None:
+            return r
+        return r.evolve(started_at=self.running_at, finished_at=self.ended_at)
+
     def observe(self, result: StepResult) -> None:
         """Take a newer result, noting when it was first seen running and ended.
 

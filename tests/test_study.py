@@ -6,6 +6,7 @@ import contextlib
 import io
 import tempfile
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from k8sjobs import Session, Step, StepOutput, StepResult, StepState, StudyError
 from k8sjobs._boundedyaml import MAX_ALIASES, MAX_DEPTH, MAX_VALUES
 from k8sjobs.cli.main import main
 from k8sjobs.local import LocalBackend
-from k8sjobs.study import MAX_STEPS, MAX_STUDY_BYTES, StudyRun, parse_study
+from k8sjobs.study import MAX_STEPS, MAX_STUDY_BYTES, StepRecord, StudyRun, parse_study
 
 from .fuzz_values import any_values
 
@@ -647,3 +648,22 @@ def test_any_text_loads_or_is_a_study_error(text: str) -> None:
         parse_study(text, source="s.yaml")
     except StudyError as exc:
         assert str(exc).startswith("s.yaml"), exc
+
+
+def test_a_record_times_whole_second_results_on_the_drivers_clock() -> None:
+    """Whole-second stamps (the Kubernetes API's) give way to the runner's own, finer ones;
+    finer stamps (the local backend's) and an adopted step's are kept."""
+    t0 = datetime(2026, 12, 1, 12, 0, 5, tzinfo=UTC)
+    seen_at, ended_at = t0 + timedelta(seconds=0.21), t0 + timedelta(seconds=0.55)
+    whole = StepResult(
+        name="s", state=StepState.SUCCEEDED, started_at=t0, finished_at=t0 + timedelta(seconds=1)
+    )
+    record = StepRecord(whole, running_at=seen_at, ended_at=ended_at)
+    assert record.seen().took() == "340ms" and whole.took() == "1s"
+    running = StepRecord(
+        whole.evolve(state=StepState.RUNNING, finished_at=None), running_at=seen_at
+    )
+    assert running.seen().started_at == seen_at
+    fine = whole.evolve(started_at=t0 + timedelta(microseconds=5))
+    assert StepRecord(fine, running_at=seen_at, ended_at=ended_at).seen() is fine
+    assert StepRecord(whole, running_at=seen_at, ended_at=ended_at, adopted=True).seen() is whole

@@ -509,7 +509,7 @@ def _reason(row: _Row, driver: Mapping[str, Any] | None) -> str:
     text = str(step.get("message") or step.get("reason") or "")
     if row.kind == "adopted":
         text = "succeeded in an earlier run; adopted, not run again"
-    elif step.get("origin") == "adopted" or step.get("adopted"):
+    elif row.kind != "reused" and (step.get("origin") == "adopted" or step.get("adopted")):
         text = (
             f"adopted from an earlier driver; {text}" if text else "adopted from an earlier driver"
         )

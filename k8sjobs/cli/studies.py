@@ -264,7 +264,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             study,
             session,
             max_parallel=args.max_parallel,
-            on_change=lambda record: display.update(record.result),
+            on_change=lambda record: display.update(record.seen()),
             replace=args.replace,
             rerun=True if args.rerun_all else [n for a in args.rerun for n in a.split(",") if n],
         )
@@ -274,7 +274,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 results = await run.run()
         finally:
             path = run.save(args.state_dir / "runs")
-            display.summary([r.result for r in run.records.values()], study.name, path)
+            display.summary([r.seen() for r in run.records.values()], study.name, path)
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -26,14 +26,16 @@ from k8sjobs.cli.report import report_html
 from .test_cli_commands import k8sjobs, study_file
 
 # Sub-second steps, a failure, a step not run, one that fails before it starts (it asks for
-# more cores than any machine has), and a two-step chain.
+# more cores than any machine has), and a two-step chain whose first step has an output (so
+# the step cache keeps its result: the second run reuses it).
 STUDY = """
 name: seen
 steps:
   - name: quick
     script: "true"
   - name: prepare
-    script: sleep 0.3
+    script: sleep 0.3; echo x > out.txt
+    outputs: {out: out.txt}
   - name: simulate
     depends: [prepare]
     resources: {memory: 64Mi}
@@ -246,11 +248,15 @@ def test_a_rerun_shows_adopted_steps_as_adopted(runs: Path, tmp_path: Path) -> N
         steps = table(browse(page, tmp_path, "--dump-dom").stdout)
     finally:
         page.unlink()
-    for name in ("quick", "prepare", "simulate"):
+    for name in ("quick", "simulate"):
         assert steps[name]["state"] == "adopted"
         assert steps[name]["reason"] == "succeeded in an earlier run; adopted, not run again"
+    assert steps["prepare"]["state"] == "reused"  # from the step cache
+    assert steps["prepare"]["reason"].startswith("reused: ")
+    for name in ("quick", "prepare", "simulate"):
         assert steps[name]["start"].startswith("earlier, ")
         assert re.fullmatch(SUB_SECOND, steps[name]["duration"])  # the earlier run's
+        assert steps[name]["waited"] == "-"
     assert steps["broken"]["state"] == "failed"  # a failure runs again, it is not adopted
 
 
