@@ -555,7 +555,8 @@ def _took(row: _Row, as_of: float) -> str:
 def _requested(requested: Mapping[str, Any] | None) -> str:
     if not requested:
         return "-"
-    parts = [f"{requested.get('cpu')} cpu"]
+    cpu = requested.get("cpu")
+    parts = [f"{cpu:g} cpu" if isinstance(cpu, int | float) else f"{cpu} cpu"]  # 1, 0.25
     if requested.get("memory"):
         parts.append(format_bytes(requested["memory"]))
     if requested.get("gpus"):
