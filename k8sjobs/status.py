@@ -430,7 +430,12 @@ def pod_failure(pod: Obj) -> tuple[str, str, int | None]:
     pull = _terminated(_container(pod, PULL_CONTAINER, init=True))
     if pull is not None and pull.get("exitCode", 0) != 0:
         pull_code = int(pull["exitCode"])
-        return "InputPullFailed", f"pulling the inputs failed with exit code {pull_code}", None
+        said = _said(pull)
+        return (
+            "InputPullFailed",
+            f"pulling the inputs failed with exit code {pull_code}{said}",
+            None,
+        )
     main = _terminated(_main(pod))
     said = split_message(str((main or {}).get("message") or ""))[0]
     for known in _WRAPPER_REASONS:
@@ -448,10 +453,19 @@ def pod_failure(pod: Obj) -> tuple[str, str, int | None]:
         push_code = int(push["exitCode"])
         return (
             "OutputPushFailed",
-            f"the step exited 0 but pushing its outputs failed with exit code {push_code}",
+            f"the step exited 0 but pushing its outputs failed with exit code {push_code}"
+            + _said(push),
             0,
         )
     return str(status.get("reason") or "PodFailed"), f"pod {name} failed", code
+
+
+def _said(terminated: Obj) -> str:
+    """Return ": <why>" from a handoff container's termination message (its one-line error,
+    or its log's last line when it crashed without one), else ""."""
+    lines = [line.strip() for line in str(terminated.get("message") or "").splitlines()]
+    lines = [line for line in lines if line]
+    return f": {lines[-1][:500]}" if lines else ""
 
 
 def _code(terminated: Obj | None) -> int | None:

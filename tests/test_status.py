@@ -266,6 +266,26 @@ def test_push_failure_after_success_is_output_push_failed() -> None:
     assert (result.reason, result.exit_code) == ("OutputPushFailed", 0)
 
 
+def test_a_handoff_containers_termination_message_is_the_steps_why() -> None:
+    """The handoff's one-line error (its termination message, in the Pod watch) ends the
+    step's message: no log read to learn why a push or a pull failed."""
+    push = _terminated("k8sjobs-push", 1)
+    push["state"]["terminated"]["message"] = "Pushing o.txt to reg:5000/x: cannot connect\n"
+    pod = _pod("Failed", _terminated("step", 0, "Completed"), push)
+    assert _judge(_job(BACKOFF), pod).message == (
+        "the step exited 0 but pushing its outputs failed with exit code 1: "
+        "Pushing o.txt to reg:5000/x: cannot connect"
+    )
+    pull = _terminated("k8sjobs-pull", 1)
+    # A crash leaves its log's tail (FallbackToLogsOnError): its last line is the error.
+    pull["state"]["terminated"]["message"] = (
+        "Traceback (most recent call last):\n  ...\nMemoryError"
+    )
+    pod = _pod("Failed", initContainerStatuses=[pull])
+    result = _judge(_job(BACKOFF), pod)
+    assert result.message == "pulling the inputs failed with exit code 1: MemoryError"
+
+
 def test_oom_killed() -> None:
     pod = _pod("Failed", _terminated("step", 137, "OOMKilled"))
     result = _judge(_job(BACKOFF), pod)

@@ -435,6 +435,7 @@ async def run_command(
         # registry's, and as much due one line naming the path and the cause.
         message = str(exc) if isinstance(exc, RegistryError) else _os_failure(exc)
         print(f"k8sjobs handoff {command}: {message}", file=err, flush=True)
+        await asyncio.to_thread(_leave_message, env, message)
         if command == "sidecar":  # the Flux runner waits for the inputs: tell it
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(_mark_pull_failed, env)
@@ -444,6 +445,24 @@ async def run_command(
             with contextlib.suppress(OSError):
                 await asyncio.shield(asyncio.to_thread(_mark_pull_failed, env))
         raise
+
+
+#: Where the handoff leaves its one-line error (the pod's terminationMessagePath): set by the
+#: local runner; in a container the kubelet's /dev/termination-log, when it exists.
+TERMINATION_LOG_ENV = "K8SJOBS_TERMINATION_LOG"
+_TERMINATION_LOG = "/dev/termination-log"
+
+
+def _leave_message(env: Mapping[str, str], message: str) -> None:
+    """Write ``message`` as the container's termination message, so the step's own message
+    says why it failed from the Pod watch, without a log read. Never raises: the exit code
+    and the log still say it."""
+    path = env.get(TERMINATION_LOG_ENV) or (
+        _TERMINATION_LOG if os.path.exists(_TERMINATION_LOG) else ""
+    )
+    if path:
+        with contextlib.suppress(OSError), open(path, "w") as file:
+            file.write(message[:4000] + "\n")
 
 
 def _os_failure(exc: OSError) -> str:

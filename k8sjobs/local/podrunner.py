@@ -292,7 +292,8 @@ class _PodRun:
             **self.extra_env,
             USAGE_MODE: "keeper",  # the wrapper leaves the cgroup alone: the keeper measures
         }
-        if self.agent_env:  # the role wrapper's termination message (multinode.py)
+        if self.agent_env or str(container["name"]).startswith("k8sjobs-"):
+            # The role wrapper's termination message (multinode.py), the handoff's error.
             env[TERMINATION_LOG] = str(self._termination_log(container["name"]))
         working_dir = container.get("workingDir")
         cwd = paths.translate(working_dir) if working_dir else str(self.sandbox / "home")
@@ -335,7 +336,8 @@ class _PodRun:
             exit_code = await self.handoff.run(call, launch.env, log, main_ended)
         finally:
             reason = "Completed" if exit_code == 0 else "Error"
-            self.status.terminated(launch.name, exit_code, reason, None, started)
+            message = termination_message(self._termination_log(launch.name))
+            self.status.terminated(launch.name, exit_code, reason, message, started)
             self.status.report()
         return exit_code
 

@@ -554,6 +554,10 @@ def _handoff_container(
         "resources": {"requests": amounts, "limits": {"memory": "256Mi"}},
         "volumeMounts": mounts,
         "securityContext": {**_restricted(), "runAsUser": HANDOFF_UID, "runAsGroup": HANDOFF_UID},
+        # The handoff writes its one-line error there; a crash that wrote none leaves the
+        # log's tail instead: either way the step's message says why, read from the Pod.
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 

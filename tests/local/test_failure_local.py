@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+
+import pytest
 
 from k8sjobs import Session, Step, StepState
 from k8sjobs.local import LocalBackend
@@ -92,3 +95,28 @@ async def test_logs_reach_the_handoff_containers(tmp_path: Path) -> None:
         main = await handle.logs()
     assert "sha256:" in pull
     assert main == "hi\n"
+
+
+def _nothing_listens() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("handoff", ["in-process"])
+async def test_a_failed_push_says_why_in_the_steps_own_message(
+    tmp_path: Path, handoff: str
+) -> None:
+    """The push container's one-line error reaches the step's message through its
+    termination message (no log read): here, a registry nothing listens on."""
+    store = f"{_nothing_listens()}/x"
+    backend = LocalBackend(state_dir=tmp_path / "state", kill_grace=0.5, handoff=handoff)
+    async with Session(study="pol", backend=backend, store=store, plain_http=True) as s:
+        handle = await s.submit(
+            Step(name="out", script="echo hi > o.txt", shell="sh", outputs={"o": "o.txt"})
+        )
+        result = await handle.wait(120)
+    assert (result.state, result.reason) == (StepState.FAILED, "OutputPushFailed")
+    said = "the step exited 0 but pushing its outputs failed with exit code 1: "
+    assert result.message.startswith(said), result.message
+    assert f"{store}/" in result.message and "cannot connect" in result.message
