@@ -84,6 +84,8 @@ footer { margin-top: 24px; font-size: 12px; color: #757575; }
   * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
   .timeline svg { max-width: 100%; height: auto; }
   tr, .note { break-inside: avoid; }
+  table { font-size: 10px; } th, td { padding: 2px 4px; }
+  td.reason, td.used { min-width: 0; } td.num, td.state { white-space: normal; }
   section.previous { break-before: page; }
 }
 """
