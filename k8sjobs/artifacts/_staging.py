@@ -74,7 +74,10 @@ def part_file(parent: Path, name: str) -> Held:
     """Make and lock a fresh, empty partial file for ``name`` in ``parent`` (blocking)."""
 
     def make() -> tuple[Path, int]:
-        fd, path = tempfile.mkstemp(prefix=f"{PART_PREFIX}{name[:100]}.", dir=parent)
+        # At most 100 bytes of the name (not characters: four bytes each, 100 of them would
+        # pass the 255-byte limit); a cut through a character is carried as its bytes.
+        short = os.fsdecode(os.fsencode(name)[:100])
+        fd, path = tempfile.mkstemp(prefix=f"{PART_PREFIX}{short}.", dir=parent)
         return Path(path), fd
 
     return _locked(parent, make)

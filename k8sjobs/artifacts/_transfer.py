@@ -333,7 +333,10 @@ async def push_paths(
             for index, path in enumerate(paths):
                 tg.start_soon(pusher.layer, path, slots, index)
     except BaseExceptionGroup as group:
-        raise first_error(group) from None
+        error = first_error(group)
+        if isinstance(error, OSError):  # a file vanished or cannot be read meanwhile
+            raise RegistryError(_read_failure(opts.display or str(ref), error)) from None
+        raise error from None
     layers = [layer for layer in slots if layer is not None]
     manifest = _media.build_manifest(layers, opts.artifact_type, opts.annotations or {})
     digest = await backend.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)
@@ -501,6 +504,18 @@ _HINTS = {
     errno.EPERM: "check the directory's owner and permissions",
     errno.ENAMETOOLONG: "a name there is longer than the filesystem allows",
 }
+
+
+def _read_failure(display: str, exc: OSError) -> str:
+    """Return the one-line error of an OSError met while pushing: a file that vanished or
+    cannot be read, or (into an OCI layout) a disk that is full."""
+    path = _tarball.shown(os.fsdecode(exc.filename)) if exc.filename else "a file"
+    code = errno.errorcode.get(exc.errno or 0, "")
+    cause = f"{exc.strerror or type(exc).__name__}{f' ({code})' if code else ''}"
+    hint = _HINTS.get(exc.errno or 0) or (
+        "did it change during the push?" if exc.errno == errno.ENOENT else None
+    )
+    return f"Pushing {display}: {path}: {cause}" + (f"; {hint}." if hint else ".")
 
 
 def target_failure(what: str, target: Path, exc: OSError) -> str:

@@ -237,3 +237,36 @@ def test_the_library_pull_names_the_target_and_the_cause(tmp_path: Path) -> None
     (tmp_path / "file").write_text("x\n")
     with pytest.raises(RegistryError, match=r"Pulling t/x:v1: cannot write .*file.*ENOTDIR"):
         asyncio.run(layout.pull("t/x:v1", tmp_path / "file" / "below"))
+
+
+async def test_a_file_named_with_255_bytes_of_four_byte_characters_is_pulled(
+    tmp_path: Path,
+) -> None:
+    """The partial file's name took 100 characters of the name: 400 bytes of emoji."""
+    name = "\U0001f600" * 63  # 252 bytes
+    (tmp_path / name).write_text("smile\n")
+    layout = OCILayout(tmp_path / "layout", cache=DigestCache(tmp_path / "c.sqlite"))
+    await layout.push("t/emoji:v1", [tmp_path / name])
+    for _ in range(2):
+        await layout.pull("t/emoji:v1", tmp_path / "out")
+    assert (tmp_path / "out" / name).read_text() == "smile\n"
+
+
+def test_a_file_that_vanishes_during_a_push_is_one_error_naming_it(tmp_path: Path) -> None:
+    """A directory's file removed between the scan and the archive: one RegistryError
+    naming the file, not a FileNotFoundError traceback."""
+    from k8sjobs.artifacts import _tarball
+
+    tree = make_tree(tmp_path / "tree")
+    layout = OCILayout(tmp_path / "layout", cache=DigestCache(tmp_path / "c.sqlite"))
+    real_scan = _tarball.scan
+
+    def scan_then_remove(root: Path) -> list[_tarball.Entry]:
+        entries = real_scan(root)
+        (tree / "a.txt").unlink()  # the user's job still writing, say
+        return entries
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_tarball, "scan", scan_then_remove)
+        with pytest.raises(RegistryError, match=r"Pushing t/x:v1: .*a\.txt: No such file"):
+            asyncio.run(layout.push("t/x:v1", [tree]))
