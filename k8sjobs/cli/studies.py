@@ -478,6 +478,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     source = journal if "driver" in recorded[0] else record
     # Beside the record by default: the state directory, never the directory it ran from.
     output = args.output or record.with_suffix(".html")
-    output.write_text(report_html(recorded, source=str(source)))
+    try:
+        output.write_text(report_html(recorded, source=str(source)))
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise UsageError(f"report: cannot write {output}: {why}; choose another -o FILE") from None
     print(f"wrote {output}")
     return 0

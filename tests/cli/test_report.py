@@ -193,6 +193,14 @@ def test_the_report_is_written_beside_the_run_record_not_here(runs: Path) -> Non
     assert "url(http" not in page and "@import" not in page
 
 
+def test_a_report_that_cannot_be_written_says_where_and_what_to_do(runs: Path) -> None:
+    done = k8sjobs(runs, "report", "study.yaml", "-o", "no/such/dir/r.html", check=2)
+    assert done.stderr == (
+        "error: report: cannot write no/such/dir/r.html: No such file or directory; "
+        "choose another -o FILE\n"
+    )
+
+
 def test_a_screenshot_of_the_report_shows_its_marks(runs: Path, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     browse(runs / "first.html", tmp_path, f"--screenshot={shot}")
