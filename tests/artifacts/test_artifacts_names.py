@@ -143,3 +143,18 @@ async def test_a_top_level_name_that_is_not_utf8_is_refused_naming_it(tmp_path: 
     odd.write_text("x\n")
     with pytest.raises(RegistryError, match=r"Cannot push b'.*caf\\xe9\.txt': its name is not"):
         await _layout(tmp_path).push("names/x:v1", [odd])
+
+
+def test_a_hard_link_to_a_symlink_is_judged_from_where_it_lands(tmp_path: Path) -> None:
+    """A hard link to a symlink is one more symlink, whose target is read from the hard
+    link's own directory: ``d/sub/l -> ../f`` stays in ``d``, its hard link ``d/l2`` does not."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        link = tarfile.TarInfo("d/sub/l")
+        link.type, link.linkname = tarfile.SYMTYPE, "../f"
+        tar.addfile(link)
+        hard = tarfile.TarInfo("d/l2")
+        hard.type, hard.linkname = tarfile.LNKTYPE, "d/sub/l"
+        tar.addfile(hard)
+    with pytest.raises(UnsafeArchive, match=r'symlink "d/l2" -> "\.\./f" climbs out of the layer'):
+        _extract(tmp_path, buf.getvalue())
