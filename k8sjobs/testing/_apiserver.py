@@ -23,6 +23,7 @@ from aiohttp import web
 from . import (
     _apply,
     _catalog,
+    _decoding,
     _errors,
     _events,
     _listoptions,
@@ -44,6 +45,8 @@ from ._store import Obj, Store, Watcher, copy_obj
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"
 _DEFAULT_WATCH_TIMEOUT = 1800.0
+# http.DefaultMaxHeaderBytes, plus the 4 KiB Go's server reads beyond it.
+_MAX_HEADER_BYTES = (1 << 20) + 4096
 
 
 class LogSource(Protocol):
@@ -87,7 +90,16 @@ class ApiServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=0.5,
+            # Go's net/http (kube-apiserver) takes 1 MiB of request line and headers, in any
+            # number of lines; aiohttp's 8 KiB and 128 lines are raised past it, and the
+            # total is checked per request (`_headers_too_large`).
+            max_line_size=2 * _MAX_HEADER_BYTES,
+            max_field_size=2 * _MAX_HEADER_BYTES,
+            max_headers=_MAX_HEADER_BYTES // 4,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context, reuse_address=True)
@@ -124,6 +136,12 @@ class ApiServer:
     # ------------------------------------------------------------------ dispatch
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if _headers_too_large(request):
+            return web.Response(
+                status=431,
+                text="431 Request Header Fields Too Large",
+                headers={"Connection": "close"},
+            )
         try:
             self._authenticate(request)
             return await self._dispatch(request)
@@ -147,6 +165,8 @@ class ApiServer:
             return web.Response(text="ok")
         resource, namespace, name, sub = _parse(path, self.store.resources)
         verb = _verb(request.method, name, request.query)
+        if sub and verb not in _SUBRESOURCE_VERBS[sub]:
+            raise _method_not_allowed()
         self.requests.record(RequestKey(verb, resource.plural, sub))
         delay = self.faults.delay_for(verb)
         if delay:
@@ -189,7 +209,7 @@ class ApiServer:
         _listoptions.send_initial_events(query, watch=False)
         matches = _selectors.from_query(query, _selector_key(res))
         _requests.timeout_seconds(query, 0.0)  # only checked: a list ends when it is written
-        limit = int(query.get("limit") or 0)
+        limit = _decoding.int_param(query, "limit") or 0
         start, list_rv = "", self.store.rv
         if token := query.get("continue"):
             start, list_rv = self._decode_continue(token)
@@ -267,6 +287,7 @@ class ApiServer:
         since = None if initial else _requests.watch_resource_version(raw_rv)
         if initial is False and since is None:
             since = self.store.rv  # sendInitialEvents=false: only what happens from now on
+        _decoding.int_param(query, "limit")  # only checked: a watch sends what changes
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
         timeout = _requests.timeout_seconds(query, _DEFAULT_WATCH_TIMEOUT)
         response = web.StreamResponse(headers={"Content-Type": _JSON})
@@ -351,13 +372,13 @@ class ApiServer:
     async def _create(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = _accepted(res, await _read_object(request, ns))
+        body = _accepted(res, await _read_object(request, res, ns))
         if res.plural == "pods" and sub == "eviction":
             evict(self.store, ns, name, eviction_grace(body, name))
             return _json_response(eviction_status(), 201)
         _check_kind(res, body)
         if sub:
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+            raise _method_not_allowed()
         dry_run = _dry_run(request, "CreateOptions")
         warnings = _field_warnings(request, res, body)
         _track_fields(request, res, None, body, sub)
@@ -367,7 +388,7 @@ class ApiServer:
     async def _update(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = _accepted(res, await _read_object(request, ns))
+        body = _accepted(res, await _read_object(request, res, ns))
         _check_kind(res, body)
         if body.get("metadata", {}).get("name") != name:
             raise _errors.bad_request("the name of the object does not match the name on the URL")
@@ -516,6 +537,7 @@ class ApiServer:
     # ------------------------------------------------------------------ logs
 
     async def _log(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
+        tail = _log_tail(request.query, name)  # options are decoded before the pod is read
         pod = self.store.require("pods", ns, name)
         container = self._log_container(pod, request.query.get("container"))
         if self.logs is None:
@@ -531,7 +553,6 @@ class ApiServer:
             raise _errors.bad_request(
                 f'previous terminated container "{container}" in pod "{name}" not found'
             )
-        tail = request.query.get("tailLines")
         if not _truthy(request.query.get("follow")):
             data = _tail(self.logs.read_log(ns, name, container, False), tail)
             return web.Response(body=data, content_type="text/plain")
@@ -555,7 +576,7 @@ class ApiServer:
         )
 
     async def _follow_log(
-        self, request: web.Request, ns: str, name: str, container: str, tail: str | None
+        self, request: web.Request, ns: str, name: str, container: str, tail: int | None
     ) -> web.StreamResponse:
         assert self.logs is not None
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
@@ -597,17 +618,21 @@ def _parse(path: str, resources: dict[str, Resource]) -> tuple[Resource, str | N
         resource = resources.get(f"{parts[0]}.{group}")
     if resource is None or resource.group != group or not _serves(resource, version):
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-    if (
-        len(parts) > 2
-        and resource.hooks is not None
-        and not (parts[2] == "status" and resource.has_status)
-    ):
+    if len(parts) > 3 or (len(parts) == 3 and parts[2] not in _subresources(resource)):
+        # Each kind has its own subresources; any other path is unknown (and changes nothing).
         raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
     name = parts[1] if len(parts) > 1 else ""
     sub = parts[2] if len(parts) > 2 else ""
     if not resource.namespaced:
         namespace = ""
     return resource, namespace, name, sub
+
+
+def _headers_too_large(request: web.Request) -> bool:
+    """Return whether the request line and headers exceed what Go's net/http reads."""
+    size = len(request.method) + len(request.raw_path) + 12  # "GET <path> HTTP/1.1\r\n"
+    size += sum(len(name) + len(value) + 4 for name, value in request.raw_headers)
+    return size > _MAX_HEADER_BYTES
 
 
 def _is_view(res: Resource) -> bool:
@@ -632,6 +657,28 @@ def _view_line(event: Any) -> bytes:
 
 def _selector_key(res: Resource) -> str:
     return f"{res.plural}.{res.group}" if _is_view(res) else res.plural
+
+
+# The subresources the fake serves, and the verbs each takes.
+_SUBRESOURCE_VERBS = {
+    "status": ("get", "update", "patch"),
+    "log": ("get",),
+    "eviction": ("create",),
+}
+
+
+def _subresources(resource: Resource) -> tuple[str, ...]:
+    """Return the subresources `resource` has (others answer 404)."""
+    found: tuple[str, ...] = ("status",) if resource.has_status else ()
+    if resource.plural == "pods" and not resource.group:
+        found += ("log", "eviction")
+    return found
+
+
+def _method_not_allowed() -> ApiError:
+    return ApiError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
 
 
 def _as_table(
@@ -725,7 +772,7 @@ def _verb(method: str, name: str, query: Any) -> str:
         return "delete" if name else "deletecollection"
     verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
     if method not in verbs:
-        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        raise _method_not_allowed()
     return verbs[method]
 
 
@@ -739,30 +786,44 @@ async def _until_closed(watcher: Watcher, deadline: float) -> None:
 
 
 def _truthy(value: str | None) -> bool:
-    """Return whether a boolean query parameter is set (clients send 1, true or True)."""
-    return (value or "").lower() in ("1", "true")
+    """Return whether a boolean query parameter is set, as the API server reads it: anything
+    but absent, "0" and "false" is true."""
+    return value is not None and not (value == "0" or value.lower() == "false")
 
 
 async def _read_json(request: web.Request) -> Any:
     raw = await request.read()
     _requests.check_size(raw)
-    return json.loads(raw) if raw else {}
+    return _decoding.loads(raw) if raw else {}
 
 
-async def _read_object(request: web.Request, namespace: str | None) -> Any:
-    """Return a create/update body (JSON or YAML), checked as the real handlers check it."""
-    body = _requests.decode_object(await request.read(), request.content_type)
+async def _read_object(request: web.Request, res: Resource, namespace: str | None) -> Any:
+    """Return a create/update body (JSON or YAML), checked as the real handlers check it:
+    decoded into the kind's Go types (400 on a value of the wrong type), then its namespace."""
+    raw = await request.read()
+    body = _requests.decode_object(raw, request.content_type, res.kind)
+    if res.hooks is None:  # a custom resource decodes into unstructured JSON: any type goes
+        _decoding.check_types(res.group, res.version, res.kind, body, raw)
     _requests.check_namespace(body, namespace)
     return body
 
 
 async def _delete_options(request: web.Request) -> dict[str, Any]:
-    options: dict[str, Any] = await _read_json(request) if request.can_read_body else {}
-    query = request.query
-    if "gracePeriodSeconds" in query:
-        options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
-    if "propagationPolicy" in query:
-        options["propagationPolicy"] = query["propagationPolicy"]
+    """Return the DeleteOptions of a delete: the body's when it has one (the query is then
+    not read, as the real handler does), else the query's."""
+    raw = await request.read() if request.can_read_body else b""
+    _requests.check_size(raw)
+    options: dict[str, Any] = {}
+    if raw.strip():
+        options = _decoding.loads(raw, "DeleteOptions")
+        _decoding.check_delete_options(options, raw)
+    else:
+        query = request.query
+        grace = _decoding.int_param(query, "gracePeriodSeconds")
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        if "propagationPolicy" in query:
+            options["propagationPolicy"] = query["propagationPolicy"]
     if options.get("orphanDependents") is True:
         options.setdefault("propagationPolicy", "Orphan")
     return options
@@ -789,12 +850,24 @@ def _container_status(pod: Obj, container: str) -> dict[str, Any]:
     return next((s for s in statuses if s.get("name") == container), {})
 
 
-def _tail(data: bytes, tail: str | None) -> bytes:
+def _tail(data: bytes, tail: int | None) -> bytes:
     if tail is None:
         return data
     lines = data.splitlines(keepends=True)
-    count = int(tail)
-    return b"".join(lines[-count:]) if count > 0 else b""
+    return b"".join(lines[-tail:]) if tail > 0 else b""
+
+
+def _log_tail(query: Any, pod: str) -> int | None:
+    """Return PodLogOptions' tailLines (400 when not a number, 422 when negative)."""
+    for key in ("tailLines", "limitBytes", "sinceSeconds"):
+        value = _decoding.int_param(query, key)
+        floor = 0 if key == "tailLines" else 1
+        if value is not None and value < floor:
+            rule = "greater than or equal to 0" if floor == 0 else "greater than 0"
+            message = f"Invalid value: {value}: must be {rule}"
+            causes = [{"reason": "FieldValueInvalid", "message": message, "field": key}]
+            raise _errors.invalid("PodLogOptions", pod, causes)
+    return _decoding.int_param(query, "tailLines")
 
 
 def _json_response(body: Any, status: int = 200) -> web.Response:

@@ -8,12 +8,11 @@ Each failure is the Status the real server sends, measured on v1.36.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import yaml
 
-from . import _errors
+from . import _decoding, _errors
 from ._errors import ApiError
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -33,8 +32,11 @@ def check_size(raw: bytes) -> None:
         )
 
 
-def decode_object(raw: bytes, content_type: str) -> Any:
-    """Return the object a create/update body holds, as JSON or YAML; 415 for protobuf."""
+def decode_object(raw: bytes, content_type: str, kind: str = "") -> Any:
+    """Return the object a create/update body holds, as JSON or YAML; 415 for protobuf.
+
+    Nesting deeper than Go's decoder takes is a 400 (`_decoding.loads`), in YAML too.
+    """
     check_size(raw)
     if content_type not in _OBJECT_TYPES:
         raise unsupported_media_type(content_type, f"{JSON}, {YAML}")
@@ -45,7 +47,12 @@ def decode_object(raw: bytes, content_type: str) -> Any:
             return yaml.safe_load(raw.decode())
         except yaml.YAMLError as exc:
             raise _errors.bad_request(f"the body is not valid YAML: {exc}") from exc
-    return json.loads(raw)
+        except RecursionError:
+            raise _errors.bad_request(
+                f"the YAML body nests deeper than this fake API server can decode "
+                f"(kube-apiserver takes {_decoding.MAX_DEPTH} levels)"
+            ) from None
+    return _decoding.loads(raw, kind)
 
 
 def unsupported_media_type(content_type: str, accepted: str) -> ApiError:

@@ -402,7 +402,7 @@ def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, 
     if resource.hooks is not None:
         return causes + resource.hooks.causes(obj)
     if resource.plural in ("configmaps", "secrets"):
-        causes += _size_causes(obj)
+        causes += _size_causes(resource, obj)
     if resource.plural == "secrets":
         causes += _secret_type_causes(obj)
     if resource.plural == "jobs":
@@ -450,14 +450,38 @@ def _secret_type_causes(secret: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def _size_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
-    total = sum(len(k) + len(str(v)) for k, v in (obj.get("data") or {}).items())
-    total += sum(len(k) + len(str(v)) for k, v in (obj.get("binaryData") or {}).items())
-    total += sum(len(k) + len(str(v)) for k, v in (obj.get("stringData") or {}).items())
+def _size_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]]:
+    """Refuse a ConfigMap or Secret whose values exceed 1 MiB, counted as the API server
+    counts them: the bytes of the values (UTF-8 text, decoded base64), keys not counted; a
+    Secret's stringData replaces the data of the same key."""
+    if resource.plural == "configmaps":
+        sizes = {k: _text_bytes(v) for k, v in _mapping(obj.get("data")).items()}
+        total = sum(sizes.values())
+        total += sum(_base64_bytes(v) for v in _mapping(obj.get("binaryData")).values())
+        field = "[]"  # the whole object, as ValidateConfigMap names it
+    else:
+        sizes = {k: _base64_bytes(v) for k, v in _mapping(obj.get("data")).items()}
+        sizes.update({k: _text_bytes(v) for k, v in _mapping(obj.get("stringData")).items()})
+        total = sum(sizes.values())
+        field = "data"
     if total > MAX_DATA_BYTES:
         message = f"Too long: may not be more than {MAX_DATA_BYTES} bytes"
-        return [cause("FieldValueTooLong", message, "[]")]
+        return [cause("FieldValueTooLong", message, field)]
     return []
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text_bytes(value: Any) -> int:
+    return len(str(value).encode("utf-8", "surrogatepass"))
+
+
+def _base64_bytes(value: Any) -> int:
+    """Return how many bytes a base64 value decodes to (without decoding it)."""
+    text = str(value).rstrip("=")
+    return len(text) * 3 // 4
 
 
 def _job_causes(job: dict[str, Any]) -> list[dict[str, str]]:

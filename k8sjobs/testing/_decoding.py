@@ -1,0 +1,335 @@
+"""How kube-apiserver decodes a request, and the 400 BadRequest it answers when it cannot.
+
+Query parameters are decoded into typed options (ListOptions, DeleteOptions, PodLogOptions):
+a number that is not one is `strconv.ParseInt: parsing "abc": invalid syntax`, and a boolean
+is false only for "0" and "false" (Go's `Convert_Slice_string_To_bool`). A body is decoded
+into the kind's Go struct: a value of the wrong JSON type is refused with encoding/json's
+words inside the handler's (`ConfigMap in version "v1" cannot be handled as a ConfigMap:
+json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type
+string`), checked against the v1.36 OpenAPI definitions that kubernetes-validate ships; JSON
+nested deeper than encoding/json's 10,000 levels is refused as its scanner refuses it.
+Nothing here ever ends in a 500: a malformed request is the client's fault.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import _errors
+from ._errors import ApiError
+
+MAX_DEPTH = 10_000  # encoding/json's maxNestingDepth
+_INT_RANGES = {"int32": 2**31, "int64": 2**63}
+# Types with their own UnmarshalJSON: what each takes.
+_QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+_STRING_TYPES = (
+    "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime",
+)
+_ANY_TYPES = (
+    "io.k8s.apimachinery.pkg.runtime.RawExtension",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+)
+_FIND_KIND = (
+    'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; '
+    'Kind string "json:\\"kind,omitempty\\"" }'
+)
+_QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
+# ---------------------------------------------------------------------- query parameters
+
+
+def int_param(query: Mapping[str, str], name: str) -> int | None:
+    """Return an integer query parameter (None when absent), or raise 400 as Go's ParseInt."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    digits = raw[1:] if raw[:1] in "+-" else raw
+    if not (digits.isascii() and digits.isdigit()):
+        raise _errors.bad_request(f'strconv.ParseInt: parsing "{raw}": invalid syntax')
+    value = int(raw)
+    if not -(2**63) <= value < 2**63:
+        raise _errors.bad_request(f'strconv.ParseInt: parsing "{raw}": value out of range')
+    return value
+
+
+def bool_param(query: Mapping[str, str], name: str) -> bool:
+    """Return a boolean query parameter as the API server reads it: absent, "0" and "false"
+    (any case) are false; anything else, "" included, is true."""
+    raw = query.get(name)
+    if raw is None:
+        return False
+    return not (raw == "0" or raw.lower() == "false")
+
+
+# ---------------------------------------------------------------------- JSON
+
+
+def loads(raw: bytes | str, kind: str = "") -> Any:
+    """Decode JSON, refusing nesting deeper than Go's decoder takes with its words (400).
+
+    JSONDecodeError is left to the caller (a syntax error).
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        depth, char = _depth(text)
+        if depth > MAX_DEPTH:
+            error = f"invalid character {char!r} exceeded max depth"
+            message = f"couldn't get version/kind; json parse error: {error}"
+            raise unrecognized(kind, message, raw) from None
+        raise _errors.bad_request(
+            f"the body nests {depth} levels deep, deeper than this fake API server can decode "
+            f"(kube-apiserver takes {MAX_DEPTH})"
+        ) from None
+
+
+def _depth(text: str) -> tuple[int, str]:
+    """Return the deepest nesting in a JSON text, and the bracket that first passed the limit."""
+    depth = deepest = 0
+    passed = "{"
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if depth == MAX_DEPTH + 1:
+                    passed = char
+        elif char in "]}":
+            depth -= 1
+    return deepest, passed
+
+
+def unrecognized(kind: str, error: str, raw: bytes | str) -> ApiError:
+    """Return the 400 for a body whose kind could not even be read (transformDecodeError)."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    if not data:
+        summary = "<empty>"
+    elif data[:1] == b"{":
+        summary = data[:30].decode("utf-8", "replace") + (" ..." if len(data) > 30 else "")
+    else:
+        summary = data[:30].hex() + (" ..." if len(data) > 30 else "")
+    return _errors.bad_request(
+        f"the object provided is unrecognized (must be of type {kind}): {error} ({summary})"
+    )
+
+
+# ---------------------------------------------------------------------- typed bodies
+
+
+def check_types(group: str, version: str, kind: str, body: Any, raw: bytes | str = b"") -> None:
+    """Refuse (400) a body holding a value of the wrong JSON type for the kind's Go struct."""
+    package = group.split(".", 1)[0] if group else "core"
+    check_definition(f"io.k8s.api.{package}.{version}.{kind}", version, kind, body, raw)
+
+
+def check_delete_options(body: Any, raw: bytes | str) -> None:
+    """Refuse (400) DeleteOptions holding a value of the wrong type."""
+    name = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"
+    check_definition(name, "v1", "DeleteOptions", body, raw)
+
+
+def check_definition(name: str, version: str, kind: str, body: Any, raw: bytes | str) -> None:
+    """Refuse (400) a body that does not decode into the OpenAPI definition `name`."""
+    if not isinstance(body, dict):
+        error = f"json: cannot unmarshal {_json_kind(body)} into Go value of type {_FIND_KIND}"
+        raise unrecognized(kind, f"couldn't get version/kind; json parse error: {error}", raw)
+    for key in ("apiVersion", "kind"):
+        value = body.get(key)
+        if value is not None and not isinstance(value, str):
+            error = (
+                f"json: cannot unmarshal {_json_kind(value)} into Go struct field .{key} of "
+                "type string"
+            )
+            raise unrecognized(kind, f"couldn't get version/kind; json parse error: {error}", raw)
+    definitions = _definitions()
+    if name not in definitions:
+        return  # a kind the schemas do not hold (a custom resource): decoded unstructured
+    mismatch = _walk(definitions, definitions[name], body, _short(name), "")
+    if mismatch is not None:
+        sent_version = str(body.get("apiVersion") or version).rsplit("/", 1)[-1]
+        sent_kind = str(body.get("kind") or kind)
+        raise _errors.bad_request(
+            f'{sent_kind} in version "{sent_version}" cannot be handled as a {kind}: {mismatch}'
+        )
+
+
+@functools.cache
+def _definitions() -> dict[str, Any]:
+    import kubernetes_validate
+
+    from ._resources import SCHEMA_VERSION
+
+    root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    path = root / f"v{SCHEMA_VERSION}-local" / "_definitions.json"
+    try:
+        loaded: dict[str, Any] = json.loads(path.read_text())["$defs"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return loaded
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _go_type(definitions: dict[str, Any], schema: dict[str, Any]) -> str:
+    """Return the Go type a schema stands for, as reflect prints it ("v1.ObjectMeta")."""
+    ref = schema.get("$ref")
+    if ref:
+        name = ref.rsplit("/", 1)[-1]
+        if name == _INT_OR_STRING:
+            return "int32"
+        if name in _STRING_TYPES:
+            return "string"
+        package, short = name.rsplit(".", 2)[-2:]
+        return f"{package}.{short}"
+    kind = _schema_type(schema)
+    if kind == "object" and "additionalProperties" in schema:
+        return "map[string]" + _go_type(definitions, schema["additionalProperties"])
+    if kind == "array":
+        return "[]" + _go_type(definitions, schema.get("items") or {})
+    if kind == "string":
+        return "[]uint8" if schema.get("format") == "byte" else "string"
+    if kind == "integer":
+        return "int32" if schema.get("format") == "int32" else "int64"
+    if kind == "number":
+        return "float64"
+    if kind == "boolean":
+        return "bool"
+    return "interface {}"
+
+
+def _schema_type(schema: dict[str, Any]) -> str:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    return str(kind or "")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _walk(
+    definitions: dict[str, Any], schema: dict[str, Any], value: Any, struct: str, path: str
+) -> str | None:
+    """Return encoding/json's error for the first value of the wrong type, or None."""
+    if value is None:
+        return None  # null leaves a Go value at its zero
+    ref = schema.get("$ref")
+    if ref:
+        name = ref.rsplit("/", 1)[-1]
+        special = _special(name, value, struct, path)
+        if special is not None or name in (_QUANTITY, _INT_OR_STRING, *_STRING_TYPES):
+            return special
+        if name in _ANY_TYPES or name not in definitions:
+            return None
+        target = definitions[name]
+        if not isinstance(value, dict):
+            return _mismatch(value, struct, path, _go_type(definitions, schema))
+        return _walk_struct(definitions, target, value, _short(name), path)
+    kind = _schema_type(schema)
+    expected = _go_type(definitions, schema)
+    if kind == "object":
+        if not isinstance(value, dict):
+            return _mismatch(value, struct, path, expected)
+        if "properties" in schema:
+            return _walk_struct(definitions, schema, value, struct, path)
+        element = schema.get("additionalProperties")
+        if isinstance(element, dict):
+            for item in value.values():
+                error = _walk(definitions, element, item, struct, path)
+                if error is not None:
+                    return error
+        return None
+    if kind == "array":
+        if not isinstance(value, list):
+            return _mismatch(value, struct, path, expected)
+        for item in value:
+            error = _walk(definitions, schema.get("items") or {}, item, struct, path)
+            if error is not None:
+                return error
+        return None
+    return _scalar(kind, value, struct, path, expected)
+
+
+def _walk_struct(
+    definitions: dict[str, Any],
+    schema: dict[str, Any],
+    value: dict[str, Any],
+    struct: str,
+    path: str,
+) -> str | None:
+    properties = schema.get("properties") or {}
+    for key, item in value.items():
+        if key in properties:
+            field = f"{path}.{key}" if path else key
+            error = _walk(definitions, properties[key], item, struct, field)
+            if error is not None:
+                return error
+    return None
+
+
+def _scalar(kind: str, value: Any, struct: str, path: str, expected: str) -> str | None:
+    if kind == "string" and not isinstance(value, str):
+        return _mismatch(value, struct, path, expected)
+    if kind == "boolean" and not isinstance(value, bool):
+        return _mismatch(value, struct, path, expected)
+    if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return _mismatch(value, struct, path, expected)
+    if kind == "integer":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return _mismatch(value, struct, path, expected)
+        bound = _INT_RANGES.get(expected, 2**63)
+        if isinstance(value, float) or not -bound <= value < bound:
+            return _mismatch(value, struct, path, expected, f"number {value}")
+    return None
+
+
+def _special(name: str, value: Any, struct: str, path: str) -> str | None:
+    """Check a value of a type with its own UnmarshalJSON (Quantity, IntOrString, Time)."""
+    if name == _QUANTITY:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return f"quantities must match the regular expression '{_QUANTITY_PATTERN}'"
+        return None
+    if name == _INT_OR_STRING:
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            return None
+        return _mismatch(value, struct, path, "int32")
+    if name in _STRING_TYPES and not isinstance(value, str):
+        return _mismatch(value, struct, path, "string")
+    return None
+
+
+def _mismatch(value: Any, struct: str, path: str, expected: str, shown: str = "") -> str:
+    return (
+        f"json: cannot unmarshal {shown or _json_kind(value)} into Go struct field "
+        f"{struct}.{path} of type {expected}"
+    )
