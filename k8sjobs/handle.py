@@ -37,8 +37,11 @@ class StepControl(Protocol):
     async def cancel(self, handle: StepHandle) -> None:
         """Stop the step and delete its objects; the handle ends CANCELLED."""
 
-    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
-        """Return the step's log text (the main container's unless ``container`` says)."""
+    async def logs(
+        self, handle: StepHandle, *, container: str | None, tail: int | None, index: int | None
+    ) -> str:
+        """Return the step's log text (the main container's unless ``container`` says; of a
+        multi-node step, the launcher's unless ``index`` names another)."""
 
     def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
         """Yield the step's log lines as they are written, until the step ends."""
@@ -129,9 +132,15 @@ class StepHandle:
         if not self.done:
             await self.backend.cancel(self)
 
-    async def logs(self, *, container: str | None = None, tail: int | None = None) -> str:
-        """Return the step's log (the script's output unless ``container`` names another)."""
-        return await self.backend.logs(self, container=container, tail=tail)
+    async def logs(
+        self, *, container: str | None = None, tail: int | None = None, index: int | None = None
+    ) -> str:
+        """Return the step's log: the script's output unless ``container`` names another.
+
+        Of a multi-node step, the launcher's (index 0: the program's output); ``index``
+        names a worker's, and a ``container`` given alone reads it from every index.
+        """
+        return await self.backend.logs(self, container=container, tail=tail, index=index)
 
     def stream_logs(self, *, container: str | None = None) -> AsyncIterator[str]:
         """Yield log lines as the step writes them, ending when the step ends."""

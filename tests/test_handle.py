@@ -33,7 +33,9 @@ class Recorder:
     async def cancel(self, handle: StepHandle) -> None:
         self.cancelled.append(handle)
 
-    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
+    async def logs(
+        self, handle: StepHandle, *, container: str | None, tail: int | None, index: int | None
+    ) -> str:
         return f"{handle.name} {container} {tail}"
 
     async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:

@@ -841,19 +841,31 @@ class KubernetesBackend:
 
     # ---- logs --------------------------------------------------------------------------
 
-    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
-        """Return the log of the step's pods (joined, newest pod last)."""
+    async def logs(
+        self,
+        handle: StepHandle,
+        *,
+        container: str | None,
+        tail: int | None,
+        index: int | None = None,
+    ) -> str:
+        """Return the log of the step's pods (joined, newest pod last).
+
+        Of a multi-node step, the launcher's pods (index 0: the program's output) unless
+        ``index`` names another index or a ``container`` is named (then every index's).
+        """
         main = self._main(handle)
-        container = container or main
+        chosen = container or main
         live = await self._pod_names(handle)
         run = self._run_of(handle)
         kept = (
-            await asyncio.to_thread(self.logkeeper.kept, handle.study, handle.name, run, container)
+            await asyncio.to_thread(self.logkeeper.kept, handle.study, handle.name, run, chosen)
             if run
             else {}
         )
         # Pods deleted before this process saw them (an evicted pod, a walltime) come first.
-        pods = [p for p in kept if p not in live] + live
+        pods = _of_index([p for p in kept if p not in live] + live, handle, container, index)
+        container = chosen
         texts = []
         for pod in pods:
             try:
@@ -930,6 +942,22 @@ def _check_watch_bounds(idle: float, relist_interval: float | None) -> None:
             f"relist_interval must be a number of seconds above 0, or None for no periodic relist "
             f"(not {relist_interval!r}); try 900"
         )
+
+
+def _of_index(
+    pods: list[str], handle: StepHandle, container: str | None, index: int | None
+) -> list[str]:
+    """Return the pods whose log ``logs`` reads: an indexed step's pod names carry their
+    index (``<job>-<index>-<suffix>``); by default the launcher's, index 0."""
+    if index is None and container is not None:
+        return pods
+    wanted = f"{handle.object_name}-{0 if index is None else index}-"
+    chosen = [p for p in pods if p.startswith(wanted)]
+    if index is None:
+        return chosen or pods  # not an indexed step: every pod, as before
+    if not chosen and pods:
+        raise ValueError(f'Step "{handle.name}" has no pod of index {index}')
+    return chosen
 
 
 def _tag_outputs(job: dict[str, Any]) -> dict[str, str]:

@@ -261,14 +261,21 @@ class LocalBackend:
             await asyncio.gather(*(k.stop(grace) for o in orphans for k in o.keepers.values()))
             handle.report(handle.result.evolve(state=StepState.CANCELLED, reason="Cancelled"))
 
-    async def logs(self, handle: StepHandle, *, container: str | None, tail: int | None) -> str:
-        """Return the log of the step's latest pod (its script's output by default).
+    async def logs(
+        self,
+        handle: StepHandle,
+        *,
+        container: str | None,
+        tail: int | None,
+        index: int | None = None,
+    ) -> str:
+        """Return the log of the step's latest pod (its script's output by default; of a
+        multi-node step, the launcher's unless ``index`` names another index).
 
         The whole text is held in memory: for a large log, use ``log_chunks``.
         """
-        text = b"".join(
-            [chunk async for chunk in self.log_chunks(handle, container=container, tail=tail)]
-        )
+        chunks = self.log_chunks(handle, container=container, tail=tail, index=index)
+        text = b"".join([chunk async for chunk in chunks])
         return text.decode(errors="replace")
 
     async def log_chunks(
@@ -278,18 +285,19 @@ class LocalBackend:
         container: str | None = None,
         tail: int | None = None,
         follow: bool = False,
+        index: int | None = None,
     ) -> AsyncIterator[bytes]:
         """Yield the log of the step's latest pod in bounded chunks (``_logfile``).
 
         ``tail`` starts at the last N lines (read from the end); ``follow`` goes on with
-        what is written until the step ends.
+        what is written until the step ends; ``index`` picks a multi-node step's index.
         """
-        path = await self._log_path(handle, container)
+        path = await self._log_path(handle, container, index)
         while path is None or not await anyio.Path(path).exists():
             if not follow or handle.done:
                 return
             await asyncio.sleep(_POLL_LOG_SECONDS)
-            path = await self._log_path(handle, container)
+            path = await self._log_path(handle, container, index)
         offset = 0
         if tail is not None:
             offset = await anyio.to_thread.run_sync(tail_offset, path, tail)
@@ -301,12 +309,16 @@ class LocalBackend:
         """Yield the step's log lines as they are written, until the step ends."""
         return lines(self.log_chunks(handle, container=container, follow=True))
 
-    async def _log_path(self, handle: StepHandle, container: str | None) -> Path | None:
+    async def _log_path(
+        self, handle: StepHandle, container: str | None, index: int | None = None
+    ) -> Path | None:
         run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
         record = run.record() if run else await self._read_record(handle.study, handle.object_name)
         if not record or not record["pods"]:
             return None
-        pod = _log_pod(record["pods"], handle.object_name)
+        pod = _index_pod(record["pods"], handle.object_name, index)
+        if pod is None:
+            return None
         return self.runner.log_path(pod, container or MAIN_CONTAINER, namespace=handle.namespace)
 
     def _record_path(self, study: str, object_name: str) -> Path:
@@ -809,6 +821,14 @@ def _log_pod(pods: list[str], job_name: str) -> str:
     """Return the pod whose log tells the step: index 0's latest (the launcher), else the last."""
     launchers = [pod for pod in pods if pod.startswith(f"{job_name}-0-")]
     return (launchers or pods)[-1]
+
+
+def _index_pod(pods: list[str], job_name: str, index: int | None) -> str | None:
+    """Return ``_log_pod``, or with ``index`` that index's latest pod (None if it has none)."""
+    if index is None:
+        return _log_pod(pods, job_name)
+    chosen = [pod for pod in pods if pod.startswith(f"{job_name}-{index}-")]
+    return chosen[-1] if chosen else None
 
 
 def _now() -> str:

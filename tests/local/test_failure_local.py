@@ -103,7 +103,7 @@ def _nothing_listens() -> str:
         return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-@pytest.mark.parametrize("handoff", ["in-process"])
+@pytest.mark.parametrize("handoff", ["in-process", "subprocess"])
 async def test_a_failed_push_says_why_in_the_steps_own_message(
     tmp_path: Path, handoff: str
 ) -> None:

@@ -175,6 +175,9 @@ async def test_hello_world_on_the_fake_cluster_in_execute_mode(tmp_path: Path, h
         handle = await s.submit(mpi_step(hello))
         result = await handle.wait(timeout=150)
         log = await handle.logs()
+        # The program's output is the launcher's alone (index 0), the default.
+        assert log == await handle.logs(index=0)
+        assert log in await handle.logs(container="step")
     assert result.state is StepState.SUCCEEDED, (result.describe(), log)
     assert result.exit_code == 0
     found = ranks(log)
