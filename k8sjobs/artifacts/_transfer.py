@@ -370,7 +370,14 @@ def _install_lock(parent: Path) -> Iterator[None]:
     two renames of a replacement are never interleaved with another pull's (blocking)."""
     fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            # NFS emulates flock with byte-range locks, which a directory opened read-only
+            # cannot take (EBADF), and some filesystems have none (ENOLCK): moving in
+            # unlocked is what every pull did before; refusing would make it fail.
+            if exc.errno not in (errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
         yield
     finally:
         os.close(fd)  # drops the lock
