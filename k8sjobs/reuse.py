@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from .artifacts._reference import pin
 from .artifacts._transfer import StoreFront
-from .artifacts.stepcache import ResultRecord, StepCache
+from .artifacts.stepcache import ResultRecord, StepCache, content_digest
 from .errors import K8sJobsError
 from .handle import StepHandle
 from .render.manifests import Target, output_reference
@@ -42,6 +42,15 @@ class Reuse:
         self.plain_http = plain_http
         self._caches: dict[str, StepCache] = {}
         self._saving: set[asyncio.Task[None]] = set()
+        # manifest digest -> content digest of the artifacts seen (pushed, reused, read)
+        self._content: dict[str, str] = {}
+
+    def _remember(self, manifest: bytes, digest: str, where: str) -> str:
+        """Return the content digest of a manifest, kept for the steps that read it."""
+        content = self._content.get(digest)
+        if content is None:
+            content = self._content[digest] = content_digest(manifest, where)
+        return content
 
     def covers(self, step: Step) -> bool:
         """Return whether ``step``'s results are looked up and recorded."""
@@ -74,8 +83,10 @@ class Reuse:
     ) -> tuple[str | None, dict[str, str]]:
         """Return ``step``'s key and its inputs, every one pinned by digest.
 
-        An input not pinned yet (an artifact named by tag, another study's output) is
-        resolved in the store, and the step then pulls exactly what its key was made of.
+        The key takes each input by its content digest (``content_digest``: its layers, not
+        the lineage annotations of its manifest). An input this session has not seen (an
+        artifact named by tag, another study's output, a producer that just ran) costs one
+        manifest read, and the step then pulls exactly what its key was made of.
         None for the key when an input cannot be resolved: the step runs, and its pull
         says what is missing.
         """
@@ -89,18 +100,18 @@ class Reuse:
                     if isinstance(source, StepOutput)
                     else source
                 )
-            _, at, digest = reference.rpartition("@")
-            if not at:
+            digest = reference.rpartition("@")[2] if "@" in reference else None
+            content = self._content.get(digest) if digest else None
+            if content is None:
                 try:
-                    digest = await cache.store.resolve(reference)
+                    manifest, digest = await cache.manifest_of(reference)
+                    content = self._remember(manifest, digest, reference)
                 except (K8sJobsError, OSError, ValueError) as exc:
-                    _log.info(
-                        "step %s: input %s not resolved (%s): not cached", step.name, name, exc
-                    )
+                    _log.info("step %s: input %s not read (%s): not cached", step.name, name, exc)
                     return None, pins
-                reference = pin(reference, digest)
-            pins[name] = reference
-            digests[name] = digest
+            assert digest is not None
+            pins[name] = pin(reference, digest)
+            digests[name] = content
         try:
             return step_key(step, digests), pins
         except ValueError as exc:
@@ -123,6 +134,8 @@ class Reuse:
                 name: await cache.retag(out, output_reference(handle.study, step.name, name))
                 for name, out in record.outputs.items()
             }
+            for out in record.outputs.values():
+                self._remember(out.manifest, out.digest, out.reference)
         except (K8sJobsError, OSError) as exc:
             _log.warning(
                 "step %s: its recorded result is not usable (%s): running it", step.name, exc
@@ -166,6 +179,8 @@ class Reuse:
             return
         try:
             outputs = {name: await cache.output_of(ref) for name, ref in result.outputs.items()}
+            for out in outputs.values():
+                self._remember(out.manifest, out.digest, out.reference)
             await cache.save(
                 ResultRecord(
                     key=key,

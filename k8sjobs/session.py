@@ -405,11 +405,14 @@ class Session:
         # cache off): an ended Job of the same spec is run again, not adopted. A step the
         # cache does not cover by default (no outputs) keeps adopting its identical Job.
         rerun = how.rerun or not self._reuse.reuses(step)
-        await backend.submit(handle, self._render(handle, pinned), replace=how.replace, rerun=rerun)
+        manifests = self._render(handle, pinned, key)
+        await backend.submit(handle, manifests, replace=how.replace, rerun=rerun)
         if key is not None and cache is not None:
             self._reuse.record_when_done(cache, handle, key)
 
-    def _render(self, handle: StepHandle, pinned: dict[str, str]) -> Manifests:
+    def _render(
+        self, handle: StepHandle, pinned: dict[str, str], key: str | None = None
+    ) -> Manifests:
         """Render ``handle``'s step with ``pinned`` inputs (producers' outputs by digest)."""
         step = handle.step
         assert step is not None
@@ -418,7 +421,7 @@ class Session:
             self._ssh_keys[handle.name] = ssh_key
         target = self._target(self._backend_of(handle))
         placed = handle.object_name, handle.namespace
-        return render(step, target, inputs=pinned, ssh_key=ssh_key, placed=placed)
+        return render(step, target, inputs=pinned, ssh_key=ssh_key, placed=placed, key=key)
 
     def _backend_of(self, handle: StepHandle) -> Backend:
         """Return the backend of ``handle`` (the handle itself sees only its StepControl)."""

@@ -8,6 +8,7 @@ a shared file) and the fake's Kubernetes writes.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -223,3 +224,35 @@ async def test_after_kill_9_of_the_driver_the_next_run_runs_each_step_once_in_al
     out, err = await asyncio.wait_for(again.communicate(), 300)
     assert again.returncode == 0, out.decode() + err.decode()
     assert ran(count) == Counter({f"s{i:02d}": 1 for i in range(STEPS)}), out.decode()
+
+
+async def test_every_output_carries_its_lineage_and_lineage_walks_it_back(
+    tmp_path: Path,
+) -> None:
+    count = tmp_path / "ran"
+    store = f"oci:{tmp_path / 'store'}"
+    backend = LocalBackend(state_dir=tmp_path / "state")
+    results = await run(Session(study="lin", backend=backend, store=store), tree(count)[:4])
+    from k8sjobs.artifacts import open_store
+    from k8sjobs.artifacts.lineage import walk
+
+    async with open_store(store) as opened:
+        origin = await walk(opened, results["s03"].outputs["out"])  # type: ignore[arg-type]
+    assert origin.facts["study"] == "lin" and origin.facts["step"] == "s03"
+    assert origin.facts["exit_code"] == "0" and origin.facts["backend"] == "local"
+    assert origin.facts["image"] == tree(count)[3].image
+    assert origin.facts["key"].startswith("sha256:") and origin.facts["started"]
+    (up,) = origin.inputs.values()
+    assert up.facts["step"] == "s01" and up.reference == results["s01"].outputs["out"]
+    (root,) = up.inputs.values()
+    assert root.facts["step"] == "s00" and not root.inputs
+
+    shown = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "k8sjobs.cli", "lineage", results["s03"].outputs["out"],
+        "--store", store, "--format", "json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(shown.communicate(), 60)
+    assert shown.returncode == 0, err.decode()
+    data = json.loads(out)
+    assert data["step"] == "s03" and data["inputs"]["up"]["inputs"]["up"]["step"] == "s00"

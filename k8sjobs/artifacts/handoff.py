@@ -40,6 +40,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -214,10 +215,30 @@ def _output_path(workdir: Path, name: str, output: Output) -> Path:
     return path
 
 
+def run_facts(status_dir: Path | None, code: int, env: Mapping[str, str]) -> dict[str, str]:
+    """Return the lineage facts of this run an output's manifest carries: exit code, start
+    (left by the run wrapper), end (now) and the backend that ran the pod."""
+    facts = {
+        "k8sjobs.io/exit-code": str(code),
+        "k8sjobs.io/finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "k8sjobs.io/backend": env.get("K8SJOBS_BACKEND_KIND", "kubernetes"),
+    }
+    if status_dir is not None:
+        with contextlib.suppress(OSError):
+            started = (status_dir / "started").read_text().strip()
+            if started:
+                facts["k8sjobs.io/started"] = started[:40]
+    return facts
+
+
 async def push_outputs(
-    config: HandoffConfig, workdir: Path, stores: StoreOpener = own_store
+    config: HandoffConfig,
+    workdir: Path,
+    stores: StoreOpener = own_store,
+    facts: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """Push every declared output; return name -> {"reference", "digest"}."""
+    """Push every declared output with ``facts`` among its annotations; return
+    name -> {"reference", "digest"}."""
     paths = {
         name: await asyncio.to_thread(_output_path, workdir, name, out)
         for name, out in config.outputs.items()
@@ -227,9 +248,8 @@ async def push_outputs(
         return results
     async with stores(config) as store:
         for name, output in config.outputs.items():
-            pushed = await store.push(
-                output.reference, [paths[name]], annotations=dict(config.annotations)
-            )
+            annotations = {**config.annotations, **(facts or {})}
+            pushed = await store.push(output.reference, [paths[name]], annotations=annotations)
             results[name] = {"reference": output.reference, "digest": pushed.digest}
     return results
 
@@ -320,7 +340,8 @@ async def run_push(
         print(f"k8sjobs handoff: the step exited with {code}; pushing as failed.", file=err)
         results = await push_failed_outputs(config, workdir, code, err, stores)
     else:
-        results = await push_outputs(config, workdir, stores)
+        facts = await asyncio.to_thread(run_facts, status_dir, code, env)
+        results = await push_outputs(config, workdir, stores, facts)
     report = json.dumps(results, sort_keys=True)
     await asyncio.to_thread(_mark, status_dir / OUTPUTS_FILE, report)
     print(report, file=out, flush=True)

@@ -35,6 +35,7 @@ __all__ = [
     "CachedOutput",
     "ResultRecord",
     "StepCache",
+    "content_digest",
     "record_reference",
 ]
 
@@ -156,6 +157,21 @@ class CacheStore(Protocol):
     async def aclose(self) -> None: ...
 
 
+def content_digest(manifest: bytes, where: str = "an input") -> str:
+    """Return ``sha256:<hex>`` over what an artifact holds: its layers' titles, media types
+    and digests, not its annotations.
+
+    A pushed output's manifest carries its lineage (times, exit code, where it ran), so two
+    pushes of the same bytes have different manifest digests; a step's key takes its
+    inputs by this digest instead, so re-running a producer that makes the same files does
+    not make its readers run.
+    """
+    parsed = _media.decode_manifest(manifest, where)
+    layers = sorted((d.title or "", d.media_type, d.digest) for d in parsed.layers)
+    canonical = json.dumps(layers, separators=(",", ":")).encode()
+    return _media.sha256_digest(canonical)
+
+
 def record_reference(key: str) -> str:
     """Return the reference of the record for ``key`` (``k8sjobs/cache:<hex>``)."""
     algorithm, _, hexpart = key.partition(":")
@@ -222,6 +238,12 @@ class StepCache:
         manifest = _media.build_manifest([], RESULT_TYPE, annotations)
         self.requests += 1
         await self.store.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)
+
+    async def manifest_of(self, reference: str) -> tuple[bytes, str]:
+        """Return the manifest bytes and digest ``reference`` names (one GET)."""
+        self.requests += 1
+        data, _, digest = await self.store.get_manifest(self._ref(reference))
+        return data, digest
 
     async def output_of(self, reference: str) -> CachedOutput:
         """Return a pushed output as a record keeps it: pinned reference and manifest bytes."""

@@ -152,6 +152,17 @@ def _runner(
     return run
 
 
+async def _lineage(args: argparse.Namespace) -> None:
+    from ..artifacts.lineage import walk
+
+    async with _store(args) as store:
+        tree = await walk(store, args.reference)  # type: ignore[arg-type]
+    if args.format == "json":
+        print(json.dumps(tree.to_json(), indent=2, sort_keys=True))
+    else:
+        print("\n".join(tree.lines()))
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
@@ -250,7 +261,22 @@ def add_artifact_commands(subparsers: Any, common: Any) -> argparse.ArgumentPars
     rm.add_argument("reference", help="repository:tag or repository@digest")
     rm.set_defaults(func=_runner(_rm))
 
-    for parser in (push, pull, tags, rm):
+    lineage = subparsers.add_parser(
+        "lineage",
+        help="show where an artifact came from: the steps and inputs that made it",
+        description="Walk an output's lineage annotations back to its sources and print "
+        "the tree (docs/artifacts.md).",
+    )
+    lineage.add_argument("reference", help="repository:tag or repository@digest")
+    lineage.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text (an indented tree, the default) or json (every fact, for scripts)",
+    )
+    lineage.set_defaults(func=_runner(_lineage))
+
+    for parser in (push, pull, tags, rm, lineage):
         _common(parser)
         common(parser, ("state_dir",))
         parser.add_argument(

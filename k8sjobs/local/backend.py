@@ -639,6 +639,7 @@ class _JobRun:
         await self._save()
         kill_point("pod-recorded")
         extra = {"JOB_COMPLETION_INDEX": str(index)} if index is not None else {}
+        extra["K8SJOBS_BACKEND_KIND"] = "local"  # for the lineage of its outputs
 
         def on_status(status: dict[str, Any]) -> None:
             pod["status"] = status

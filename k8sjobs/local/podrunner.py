@@ -150,7 +150,7 @@ class PodRunner:
             sandbox=self.sandbox(namespace, meta["name"]),
             sources=Sources(configmap, secret, namespace),
             status=PodStatus(pod, lambda status: None),
-            extra_env={},
+            extra_env={"K8SJOBS_BACKEND_KIND": "local"},  # only the LocalBackend adopts
             kill_grace=self.kill_grace,
             memory=self._memory,
             handoff=self.handoff,

@@ -28,6 +28,7 @@ from pydantic import SecretStr
 from .._version import __version__
 from ..artifacts._reference import redact
 from ..steps.failure import pod_failure_policy
+from ..steps.key import script_digest
 from ..steps.names import job_name, label_value
 from ..steps.scheduling import pod_fields
 from ..steps.spec import (
@@ -73,6 +74,12 @@ ANNOTATION_OUTPUTS = "k8sjobs.io/outputs"
 ANNOTATION_FAILED_OUTPUTS = "k8sjobs.io/failed-outputs"
 #: A step's own pending_timeout (seconds), read by the judgement from the watched Job.
 ANNOTATION_PENDING_TIMEOUT = "k8sjobs.io/pending-timeout"
+# Lineage on each pushed output's manifest (docs/artifacts.md); the push adds the run's facts.
+ANNOTATION_KEY = "k8sjobs.io/step-key"
+ANNOTATION_SCRIPT = "k8sjobs.io/script-digest"
+ANNOTATION_IMAGE = "k8sjobs.io/image"
+ANNOTATION_INPUTS = "k8sjobs.io/inputs"
+ANNOTATION_VERSION = "k8sjobs.io/version"
 
 MAIN_CONTAINER = "step"
 PULL_CONTAINER = "k8sjobs-pull"
@@ -90,6 +97,8 @@ RUN_WRAPPER = (
     "#!/bin/sh\n"
     "# k8sjobs: run the step, then leave what it used and its exit code for the output push.\n"
     + MARK_START
+    # When the script started, for its outputs' lineage (never fails the step).
+    + '(date -u +%Y-%m-%dT%H:%M:%SZ > "$K8SJOBS_STATUS_DIR/started") 2>/dev/null || :\n'
     + RUN_CHILD
     + LEAVE_USAGE
     + leave_exit_code("$K8SJOBS_STATUS_DIR")
@@ -217,6 +226,7 @@ def render(
     inputs: Mapping[str, str] = {},
     ssh_key: SshKey | None = None,
     placed: tuple[str, str] | None = None,
+    key: str | None = None,
 ) -> Manifests:
     """Return the manifests that run ``step`` for ``target``.
 
@@ -226,7 +236,8 @@ def render(
     submit time: render has no randomness); it goes into the Secret and not into the hash.
     ``placed`` is ``placement(step, target)`` when the caller has it already (a session
     names each handle with it): with more steps in flight than ``job_name``'s cache holds,
-    working it out again cost every step a second miss.
+    working it out again cost every step a second miss. ``key`` is the step's cache key
+    (``k8sjobs.steps.key``), when the caller made it: its outputs carry it as lineage.
     """
     name, namespace = placed or placement(step, target)
     _check_ssh_key(step, ssh_key)
@@ -257,7 +268,7 @@ def render(
         annotations[ANNOTATION_FAILED_OUTPUTS] = json.dumps(failed, sort_keys=True)
     _check_annotations(step, annotations)
     meta = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
-    configmap = _configmap(step, target, meta, refs, outputs)
+    configmap = _configmap(step, target, meta, refs, outputs, key)
     secret = _secret(step, meta, ssh_key)
     service = _service(meta) if step.resources.nodes > 1 else None
     job = _job(step, target, meta, bool(refs), bool(outputs))
@@ -328,6 +339,7 @@ def _configmap(
     meta: Mapping[str, Any],
     inputs: Mapping[str, str],
     outputs: Mapping[str, str],
+    key: str | None = None,
 ) -> dict[str, Any]:
     name, namespace = str(meta["name"]), str(meta["namespace"])
     data = {"entrypoint": expand_launcher(step, name, namespace)}
@@ -351,7 +363,12 @@ def _configmap(
                 }
                 for key, ref in outputs.items()
             },
-            "annotations": {ANNOTATION_STUDY: target.study, ANNOTATION_STEP: step.name},
+            "annotations": {
+                ANNOTATION_STUDY: target.study,
+                ANNOTATION_STEP: step.name,
+                **lineage_annotations(step, inputs),
+                **({ANNOTATION_KEY: key} if key else {}),
+            },
         }
         data["handoff.json"] = json.dumps(handoff, sort_keys=True)
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
@@ -361,6 +378,20 @@ def _configmap(
             f"bytes, over the {CONFIGMAP_LIMIT}-byte ConfigMap limit; shorten the script"
         )
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(meta), "data": data}
+
+
+def lineage_annotations(step: Step, inputs: Mapping[str, str]) -> dict[str, str]:
+    """Return the lineage every output of ``step`` carries (its push adds the run's facts).
+
+    The script's digest, the image, each input's reference (pinned by digest when the
+    session pinned it) and the k8sjobs version (``render`` adds the step's key when given).
+    """
+    return {
+        ANNOTATION_SCRIPT: script_digest(step),
+        ANNOTATION_IMAGE: step.image,
+        ANNOTATION_INPUTS: json.dumps(dict(inputs), sort_keys=True),
+        ANNOTATION_VERSION: __version__,
+    }
 
 
 def _failed_push(step: Step, target: Target, key: str) -> dict[str, str]:

@@ -19,8 +19,9 @@ workdir, outputs    where the script runs and which files of it are the result
 volumes, shm        what else the script sees on disk
 launch settings     launch, mpi, launcher, ssh_dir, target, flux_in_image, security,
                     runtime_class: how the program is started and under which identity
-inputs              each input's name and the *digest* of what it resolved to: not the
-                    producer's study or step name, so two studies sharing a step share its key
+inputs              each input's name and the *content digest* of what it resolved to (its
+                    files' digests, not its manifest's annotations): not the producer's study
+                    or step name, so two studies sharing a step share its key
 ==================  ==========================================================================
 
 Left out, on purpose: the step's name and namespace, its study, labels and annotations (names,
