@@ -23,12 +23,14 @@ import json
 import os
 import socket
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from .state import StepResult
 from .steps.names import label_value
 
-__all__ = ["RunJournal", "read_run", "read_runs", "record_paths"]
+__all__ = ["RunJournal", "read_run", "read_runs", "record_paths", "retime"]
 
 
 def record_paths(directory: Path, study: str) -> tuple[Path, Path]:
@@ -143,3 +145,24 @@ def _driver_alive(journal: IO[str]) -> bool | None:
         return None
     fcntl.flock(journal, fcntl.LOCK_UN)
     return False
+
+
+def retime(result: StepResult, run: Mapping[str, Any] | None) -> StepResult:
+    """Return ``result`` timed by the driver that ran it, if ``run`` is the run it came from.
+
+    ``status`` reads a step from the backend, whose stamps are whole seconds on Kubernetes;
+    the run record (``run``, from ``read_run``) holds the driver's microsecond times. They
+    are used only when the record's step started at the very stamp the result has (the same
+    run, not an earlier or later one).
+    """
+    if run is None or result.started_at is None:
+        return result
+    step = next((s for s in run.get("steps") or [] if s.get("name") == result.name), None)
+    ran = (step or {}).get("ran") or {}
+    if step is None or ran.get("started") != result.started_at.timestamp():
+        return result
+
+    def when(stamp: object) -> datetime | None:
+        return datetime.fromtimestamp(stamp).astimezone() if isinstance(stamp, float) else None
+
+    return result.timed_by(when(step.get("started")), when(step.get("finished")))

@@ -84,6 +84,23 @@ class StepResult:
         """Return a copy with ``changes`` applied."""
         return replace(self, **changes)
 
+    def timed_by(self, started: datetime | None, finished: datetime | None) -> StepResult:
+        """Return this result with a finer clock's times where its own are whole seconds.
+
+        The Kubernetes API stamps a start and an end to the second; ``started`` and
+        ``finished`` are when a finer clock (the driver's) saw the step start and end, so a
+        step of 0.3 s reads "340ms", not "<1s". Finer stamps (the local backend's) are kept,
+        and so is a result that clock did not see start.
+        """
+        whole = self.started_at is not None and self.started_at.microsecond == 0
+        if not whole or started is None:
+            return self
+        if self.finished_at is None:
+            return self.evolve(started_at=started)
+        if self.finished_at.microsecond or finished is None:
+            return self
+        return self.evolve(started_at=started, finished_at=finished)
+
     def took(self, now: datetime | None = None) -> str:
         """Return how long the step ran ("" if unknown); a running step's time up to ``now``.
 

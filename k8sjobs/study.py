@@ -517,15 +517,9 @@ class StepRecord:
         (its own), so the live table shows "340ms". Finer stamps (the local backend's) and
         an adopted step's (it ran before this driver looked) are kept as they are.
         """
-        r = self.result
-        whole = r.started_at is not None and r.started_at.microsecond == 0
-        if not whole or self.adopted or self.running_at is None:
-            return r
-        if r.finished_at is None:
-            return r.evolve(started_at=self.running_at)
-        if r.finished_at.microsecond or self.ended_at is None:
-            return r
-        return r.evolve(started_at=self.running_at, finished_at=self.ended_at)
+        if self.adopted:  # it ran before this driver looked: its own stamps are all there is
+            return self.result
+        return self.result.timed_by(self.running_at, self.ended_at)
 
     def observe(self, result: StepResult) -> None:
         """Take a newer result, noting when it was first seen running and ended.

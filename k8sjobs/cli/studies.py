@@ -22,6 +22,7 @@ from rich.console import Console
 from ..errors import StudyError
 from ..render.manifests import Target, render
 from ..render.sshkey import key_for
+from ..runrecord import read_run, retime
 from ..session import Session
 from ..steps.spec import Step
 from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
@@ -298,7 +299,7 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         if not handles:
             print(f'study "{study}": no steps found', file=sys.stderr)
             return 1
-        _print_status(args.output, study, handles)
+        _print_status(args.output, study, handles, read_run(args.state_dir / "runs", study))
         if args.watch:
             handles = await _watch(session, args, study, handles)
         return 0 if all(h.result.ok for h in handles) else 1
@@ -306,12 +307,18 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         await session.aclose()
 
 
-def _print_status(output: str, study: str, handles: Sequence[Any]) -> None:
+def _print_status(
+    output: str, study: str, handles: Sequence[Any], run: dict[str, Any] | None = None
+) -> None:
+    # The run record's driver times where the backend's are whole seconds (Kubernetes).
+    results = [retime(h.result, run) for h in handles]
     if output in ("json", "yaml"):
-        steps = [{**step_record(h.result), "events": _events(h)} for h in handles]
+        steps = [
+            {**step_record(r), "events": _events(h)} for r, h in zip(results, handles, strict=True)
+        ]
         _print_document(output, {"study": study, "steps": steps})
         return
-    _console().print(status_table([h.result for h in handles], wide=output == "wide"))
+    _console().print(status_table(results, wide=output == "wide"))
     for handle in handles:  # each failed, evicted or deleted pod, and what it cost
         for event in handle.events:
             print(f"  {handle.name}: {event.describe()}")
