@@ -23,7 +23,6 @@ from . import _errors
 from ._errors import ApiError
 
 MAX_DEPTH = 10_000  # encoding/json's maxNestingDepth
-_INT_RANGES = {"int32": 2**31, "int64": 2**63}
 # Types with their own UnmarshalJSON: what each takes.
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
@@ -163,6 +162,8 @@ def check_definition(name: str, version: str, kind: str, body: Any, raw: bytes |
     definitions = _definitions()
     if name not in definitions:
         return  # a kind the schemas do not hold (a custom resource): decoded unstructured
+    if _decodes(_node(definitions[name]), body):
+        return  # the common case, checked without building field paths
     mismatch = _walk(definitions, definitions[name], body, _short(name), "")
     if mismatch is not None:
         sent_version = str(body.get("apiVersion") or version).rsplit("/", 1)[-1]
@@ -221,7 +222,7 @@ def _go_type(definitions: dict[str, Any], schema: dict[str, Any]) -> str:
 def _schema_type(schema: dict[str, Any]) -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), None)
+        kind = kind[0] if kind and kind[0] != "null" else next((k for k in kind if k != "null"), "")
     return str(kind or "")
 
 
@@ -235,6 +236,81 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
+
+
+# ---------------------------------------------------------------------- the fast check
+#
+# A schema compiled once into nodes: (kind, fields or element, format). Kinds: "struct",
+# "map", "array", "string", "boolean", "number", "integer", "any", "special:<name>", "ref".
+
+
+_NODES: dict[int, tuple[str, Any, Any]] = {}
+
+
+def _node(schema: dict[str, Any]) -> tuple[str, Any, Any]:
+    """Return the compiled node of a schema (memoised: the definitions live for good)."""
+    found = _NODES.get(id(schema))
+    if found is not None:
+        return found
+    ref = schema.get("$ref")
+    node: tuple[str, Any, Any]
+    if ref:
+        name = ref.rsplit("/", 1)[-1]
+        if name in (_QUANTITY, _INT_OR_STRING, *_STRING_TYPES):
+            node = ("special:" + name, None, None)
+        elif name in _ANY_TYPES or name not in _definitions():
+            node = ("any", None, None)
+        else:
+            node = ("ref", _definitions()[name], None)
+    else:
+        kind = _schema_type(schema)
+        if kind == "object" and "properties" in schema:
+            node = ("struct", schema["properties"], None)
+        elif kind == "object":
+            element = schema.get("additionalProperties")
+            node = ("map", element if isinstance(element, dict) else None, None)
+        elif kind == "array":
+            node = ("array", schema.get("items") or {}, None)
+        elif kind in ("string", "boolean", "number", "integer"):
+            node = (kind, None, schema.get("format"))
+        else:
+            node = ("any", None, None)
+    _NODES[id(schema)] = node
+    return node
+
+
+def _decodes(node: tuple[str, Any, Any], value: Any) -> bool:
+    """Return whether `value` decodes into the node's Go type (no error text: fast)."""
+    if value is None:
+        return True
+    kind, inner, fmt = node
+    if kind == "ref":
+        kind, inner, fmt = _node(inner)
+    if kind == "struct":
+        if type(value) is not dict:
+            return False
+        for key, item in value.items():
+            schema = inner.get(key)
+            if schema is not None and item is not None and not _decodes(_node(schema), item):
+                return False
+        return True
+    if kind == "map":
+        if type(value) is not dict:
+            return False
+        if inner is None:
+            return True
+        element = _node(inner)
+        return all(_decodes(element, item) for item in value.values())
+    if kind == "array":
+        if type(value) is not list:
+            return False
+        element = _node(inner)
+        return all(_decodes(element, item) for item in value)
+    if kind.startswith("special:"):
+        return _special(kind[8:], value, "", "") is None
+    if kind == "any":
+        return True
+    return _fits(kind, value, fmt)
 
 
 def _walk(
@@ -256,10 +332,9 @@ def _walk(
             return _mismatch(value, struct, path, _go_type(definitions, schema))
         return _walk_struct(definitions, target, value, _short(name), path)
     kind = _schema_type(schema)
-    expected = _go_type(definitions, schema)
     if kind == "object":
         if not isinstance(value, dict):
-            return _mismatch(value, struct, path, expected)
+            return _mismatch(value, struct, path, _go_type(definitions, schema))
         if "properties" in schema:
             return _walk_struct(definitions, schema, value, struct, path)
         element = schema.get("additionalProperties")
@@ -271,13 +346,34 @@ def _walk(
         return None
     if kind == "array":
         if not isinstance(value, list):
-            return _mismatch(value, struct, path, expected)
+            return _mismatch(value, struct, path, _go_type(definitions, schema))
         for item in value:
             error = _walk(definitions, schema.get("items") or {}, item, struct, path)
             if error is not None:
                 return error
         return None
-    return _scalar(kind, value, struct, path, expected)
+    if _fits(kind, value, schema.get("format")):
+        return None
+    shown = f"number {value}" if kind == "integer" and isinstance(value, int | float) else ""
+    if isinstance(value, bool):
+        shown = ""
+    return _mismatch(value, struct, path, _go_type(definitions, schema), shown)
+
+
+def _fits(kind: str, value: Any, fmt: Any) -> bool:
+    """Return whether a scalar JSON value decodes into the schema's Go type."""
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return kind not in ("number", "integer")
+    if kind == "number":
+        return isinstance(value, int | float)
+    if kind == "integer":
+        bound = 2**31 if fmt == "int32" else 2**63
+        return isinstance(value, int) and -bound <= value < bound
+    return True
 
 
 def _walk_struct(
@@ -294,22 +390,6 @@ def _walk_struct(
             error = _walk(definitions, properties[key], item, struct, field)
             if error is not None:
                 return error
-    return None
-
-
-def _scalar(kind: str, value: Any, struct: str, path: str, expected: str) -> str | None:
-    if kind == "string" and not isinstance(value, str):
-        return _mismatch(value, struct, path, expected)
-    if kind == "boolean" and not isinstance(value, bool):
-        return _mismatch(value, struct, path, expected)
-    if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
-        return _mismatch(value, struct, path, expected)
-    if kind == "integer":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return _mismatch(value, struct, path, expected)
-        bound = _INT_RANGES.get(expected, 2**63)
-        if isinstance(value, float) or not -bound <= value < bound:
-            return _mismatch(value, struct, path, expected, f"number {value}")
     return None
 
 

@@ -29,3 +29,12 @@ async def test_the_fixture_example_runs(fake_cluster: object) -> None:
     exec(compile(blocks[0], "docs/testing.md", "exec"), namespace)
     test = namespace["test_my_job_succeeds"]
     await test(fake_cluster)  # type: ignore[operator]
+
+
+async def test_the_quota_example_runs(fake_cluster: object) -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```", PAGE.read_text(), re.DOTALL | re.MULTILINE)
+    example = next(b for b in blocks if "test_a_full_quota_is_reported" in b)
+    namespace: dict[str, object] = {}
+    exec(compile(example, "docs/testing.md", "exec"), namespace)
+    test = namespace["test_a_full_quota_is_reported"]
+    await asyncio.wait_for(test(fake_cluster), 60)  # type: ignore[operator]
