@@ -249,10 +249,17 @@ async def test_every_output_carries_its_lineage_and_lineage_walks_it_back(
 
     shown = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "k8sjobs.cli", "lineage", results["s03"].outputs["out"],
-        "--store", store, "--format", "json",
+        "--store", store, "--format", "json", "--ro-crate", str(tmp_path / "crate"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(shown.communicate(), 60)
     assert shown.returncode == 0, err.decode()
     data = json.loads(out)
     assert data["step"] == "s03" and data["inputs"]["up"]["inputs"]["up"]["step"] == "s00"
+    crate = json.loads((tmp_path / "crate" / "ro-crate-metadata.json").read_text())
+    by_id = {entity["@id"]: entity for entity in crate["@graph"]}
+    assert {"@id": "https://w3id.org/ro/wfrun/workflow/0.6"} in by_id["./"]["conformsTo"]
+    steps = [e for e in crate["@graph"] if e["@type"] == "CreateAction" and e["@id"] != "#run"]
+    assert sorted(e["name"] for e in steps) == ["lin/s00", "lin/s01", "lin/s03"]
+    assert all(e["actionStatus"]["@id"].endswith("CompletedActionStatus") for e in steps)
+    assert json.loads((tmp_path / "crate" / "lineage.json").read_text()) == data

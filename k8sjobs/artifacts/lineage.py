@@ -18,7 +18,7 @@ from . import _media
 from ._reference import pin
 from .stepcache import CacheStore
 
-__all__ = ["Origin", "walk"]
+__all__ = ["Origin", "ro_crate", "walk"]
 
 _FIELDS = {
     "study": "k8sjobs.io/study-name",
@@ -109,3 +109,119 @@ def _inputs(annotations: Any) -> dict[str, str]:
     if not isinstance(found, dict):
         return {}
     return {str(k): str(v) for k, v in found.items() if isinstance(v, str)}
+
+
+#: The profiles a crate written by ``ro_crate`` conforms to.
+WORKFLOW_RUN = "https://w3id.org/ro/wfrun/workflow/0.6"
+PROCESS_RUN = "https://w3id.org/ro/wfrun/process/0.6"
+WORKFLOW_RO_CRATE = "https://w3id.org/workflowhub/workflow-ro-crate/1.1"
+
+
+def ro_crate(tree: Origin) -> dict[str, Any]:
+    """Return ``ro-crate-metadata.json`` of a Workflow Run RO-Crate describing ``tree``.
+
+    The main entity (``lineage.json``, written beside it: the tree as ``--format json``
+    prints it) stands for the workflow; one ``CreateAction`` per step that made an
+    artifact of the tree names its script (by digest) and image as instrument, its inputs
+    as ``object``, its output as ``result``, with start and end; artifacts are data entities
+    identified by their pinned references.
+    """
+    graph: list[dict[str, Any]] = []
+    nodes: dict[str, Origin] = {}
+
+    def collect(node: Origin) -> None:
+        if node.reference not in nodes:
+            nodes[node.reference] = node
+            for child in node.inputs.values():
+                collect(child)
+
+    collect(tree)
+
+    def artifact_id(node: Origin) -> str:
+        return "#artifact-" + node.reference.rpartition("@")[2].replace(":", "-")
+
+    sources = [n for n in nodes.values() if n.source]
+    graph += [
+        {
+            "@id": "ro-crate-metadata.json",
+            "@type": "CreativeWork",
+            "about": {"@id": "./"},
+            "conformsTo": {"@id": "https://w3id.org/ro/crate/1.3"},
+        },
+        {
+            "@id": "./",
+            "@type": "Dataset",
+            "name": f"Lineage of {tree.reference}",
+            "conformsTo": [{"@id": PROCESS_RUN}, {"@id": WORKFLOW_RUN}, {"@id": WORKFLOW_RO_CRATE}],
+            "hasPart": [{"@id": "lineage.json"}],
+            "mainEntity": {"@id": "lineage.json"},
+            "mentions": [{"@id": "#run"}],
+        },
+        *(
+            {"@id": profile, "@type": "CreativeWork", "name": name, "version": version}
+            for profile, name, version in (
+                (PROCESS_RUN, "Process Run Crate", "0.6"),
+                (WORKFLOW_RUN, "Workflow Run Crate", "0.6"),
+                (WORKFLOW_RO_CRATE, "Workflow RO-Crate", "1.1"),
+            )
+        ),
+        {
+            "@id": "lineage.json",
+            "@type": ["File", "SoftwareSourceCode", "ComputationalWorkflow"],
+            "name": f"k8sjobs steps that made {tree.reference}",
+            "encodingFormat": "application/json",
+            "programmingLanguage": {"@id": "#k8sjobs"},
+        },
+        {"@id": "#k8sjobs", "@type": "ComputerLanguage", "name": "k8sjobs"},
+        {
+            "@id": "#run",
+            "@type": "CreateAction",
+            "name": f"k8sjobs run that made {tree.reference}",
+            "instrument": {"@id": "lineage.json"},
+            "object": [{"@id": artifact_id(n)} for n in sources],
+            "result": [{"@id": artifact_id(tree)}],
+            "actionStatus": {"@id": "http://schema.org/CompletedActionStatus"},
+        },
+    ]  # fmt: skip
+    for node in nodes.values():
+        graph.append(
+            {
+                "@id": artifact_id(node),
+                "@type": "Dataset",
+                "name": node.reference,
+                "identifier": node.reference,
+                **({"description": "not in the store any more"} if node.missing else {}),
+            }
+        )
+        if node.source:
+            continue
+        f = node.facts
+        action: dict[str, Any] = {
+            "@id": f"#step-{artifact_id(node)[1:]}",
+            "@type": "CreateAction",
+            "name": f"{f.get('study', '?')}/{f.get('step', '?')}",
+            "object": [{"@id": artifact_id(child)} for child in node.inputs.values()],
+            "result": [{"@id": artifact_id(node)}],
+            "actionStatus": {
+                "@id": "http://schema.org/"
+                + ("CompletedActionStatus" if f.get("exit_code") == "0" else "FailedActionStatus")
+            },
+        }
+        if "script_digest" in f:
+            script = "#script-" + f["script_digest"].replace(":", "-")
+            action["instrument"] = {"@id": script}
+            graph.append(
+                {
+                    "@id": script,
+                    "@type": "SoftwareSourceCode",
+                    "name": f"script of {action['name']}",
+                    "identifier": f["script_digest"],
+                }
+            )
+        if "image" in f:
+            action["containerImage"] = f["image"]
+        for ours, theirs in (("started", "startTime"), ("finished", "endTime")):
+            if ours in f:
+                action[theirs] = f[ours]
+        graph.append(action)
+    return {"@context": "https://w3id.org/ro/crate/1.3/context", "@graph": graph}

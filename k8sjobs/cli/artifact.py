@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from rich.progress import (
@@ -153,10 +154,16 @@ def _runner(
 
 
 async def _lineage(args: argparse.Namespace) -> None:
-    from ..artifacts.lineage import walk
+    from ..artifacts.lineage import ro_crate, walk
 
     async with _store(args) as store:
         tree = await walk(store, args.reference)  # type: ignore[arg-type]
+    if args.ro_crate is not None:
+        args.ro_crate.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(tree.to_json(), indent=2, sort_keys=True)
+        (args.ro_crate / "lineage.json").write_text(data + "\n")
+        crate = json.dumps(ro_crate(tree), indent=2)
+        (args.ro_crate / "ro-crate-metadata.json").write_text(crate + "\n")
     if args.format == "json":
         print(json.dumps(tree.to_json(), indent=2, sort_keys=True))
     else:
@@ -273,6 +280,13 @@ def add_artifact_commands(subparsers: Any, common: Any) -> argparse.ArgumentPars
         choices=("text", "json"),
         default="text",
         help="text (an indented tree, the default) or json (every fact, for scripts)",
+    )
+    lineage.add_argument(
+        "--ro-crate",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write a Workflow Run RO-Crate of the tree into DIR (for publishing)",
     )
     lineage.set_defaults(func=_runner(_lineage))
 
