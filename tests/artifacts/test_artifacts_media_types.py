@@ -114,3 +114,14 @@ async def test_an_image_whose_layers_have_no_titles_is_refused_not_pulled_as_not
     body = manifest_for([layer, layer])
     with pytest.raises(RegistryError, match=r"team/x:v1: none of its 2 layers has a title"):
         await _pull(tmp_path, body, _media.MANIFEST)
+
+
+async def test_an_index_in_an_oci_layout_is_refused_naming_it(tmp_path: Path) -> None:
+    """A layout keeps no Content-Type: the stored document's own mediaType stands for it
+    (the layout said "manifest" of everything, and an index then read as a contradiction)."""
+    from k8sjobs.artifacts import DigestCache, OCILayout
+
+    layout = OCILayout(tmp_path / "layout", cache=DigestCache(tmp_path / "c.sqlite"))
+    await layout.put_manifest(layout._ref("media/x:index"), INDEX_BODY, _media.INDEX)
+    with pytest.raises(RegistryError, match=r"media/x:index is an image index"):
+        await layout.pull("media/x:index", tmp_path / "out")
