@@ -220,17 +220,20 @@ def _driver_note(run: Run, rows: Sequence[_Row], as_of: float) -> str:
             f"its last record, {last}. Run k8sjobs report again for a later view."
         )
         return f"<div class='note going'>{html.escape(text)}</div>"
-    died = "died" if driver.get("alive") is False else "is not known to this machine"
-    text = (
-        f"The driver of this run ({who}) {died} before the run ended: its last record is "
-        f"from {last}."
-    )
+    unseen = ""
     if unended:
-        text += (
+        unseen = (
             f" {_count(len(unended), 'step was', 'steps were')} not seen to end "
-            f"({_names(unended)}); "
-            "k8sjobs status tells what they did since, and k8sjobs run resumes the study."
+            f"({_names(unended)}); k8sjobs status tells what they did since"
         )
+    if driver.get("alive") is None:  # its lock is another machine's, or locks do not work
+        text = (
+            f"This run has no end in its record, and its driver ({who}) cannot be checked from "
+            f"here: it may still run, or have died. Its last record is from {last}.{unseen}."
+        )
+        return f"<div class='note going'>{html.escape(text)}</div>"
+    text = f"The driver of this run ({who}) died before the run ended: its last record is "
+    text += f"from {last}.{unseen}" + ("; k8sjobs run resumes the study." if unseen else "")
     return f"<div class='note'><strong>Driver died.</strong> {html.escape(text)}</div>"
 
 
@@ -516,7 +519,8 @@ def _reason(row: _Row, driver: Mapping[str, Any] | None) -> str:
             f"adopted from an earlier driver; {text}" if text else "adopted from an earlier driver"
         )
     if row.state in ("PENDING", "RUNNING") and driver is not None and not driver.get("alive"):
-        text = (text + "; " if text else "") + "not seen to end: the driver died"
+        why = "the driver died" if driver.get("alive") is False else "its driver is elsewhere"
+        text = (text + "; " if text else "") + f"not seen to end: {why}"
     return text or "-"
 
 

@@ -349,3 +349,15 @@ def test_the_time_axis_has_round_ticks_at_every_scale(span: float, ticks: str) -
     page = report_html([run])
     shown = re.findall(r"text-anchor='middle' fill='#616161'>([^<]*)<", page)
     assert " ".join(shown) == ticks
+
+
+def test_a_run_whose_driver_cannot_be_checked_says_so_not_that_it_died() -> None:
+    run = {
+        "study": "s",
+        "started": 200.0,
+        "steps": [{"name": "a", "state": "RUNNING", "queued": 200.0, "started": 200.1}],
+        "driver": {"pid": 7, "host": "elsewhere", "alive": None, "last_change": 200.2},
+    }
+    page = report_html([run])
+    assert "Driver died" not in page and "cannot be checked from here" in page
+    assert "not seen to end: its driver is elsewhere" in page
