@@ -99,6 +99,7 @@ EXPECTED = {
     "job-evicted-pod-failure-policy-ignore.json": ([P, R, S], "Completed", 0),
     # The script did not fail: its pod was deleted (SIGTERM, 143), and the step says so.
     "job-running-pod-deleted.json": ([P, R, F], "PodDeleted", 143),
+    # The pod waited ContainerCreating for its ConfigMap (FailedMount), then ran.
     "job-configmap-created-after-job.json": ([P, R, S], "Completed", 0),
     # Admission refuses every pod; only the job controller's Warning Events say so. A cause
     # that cannot clear fails the step after the grace; a used-up quota keeps it PENDING.

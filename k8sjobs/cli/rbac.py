@@ -55,22 +55,22 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "configmaps",
-        ("create", "get", "list", "update", "patch", "delete"),
-        "the step's script and handoff configuration: create; get and update a stale one "
-        "left by a driver that died before its Job; list to find such orphans on attach; "
-        "patch its ownerReference to the Job; delete on replace",
+        ("create", "get", "list", "delete"),
+        "the step's script and handoff configuration, created owned by its Job: get one "
+        "found in its place, to keep it (ours) or delete and remake it (stale); list to find "
+        "Jobs without one, and ConfigMaps without a Job, on attach; delete on replace",
     ),
     Rule(
         "",
         "secrets",
-        ("create", "get", "update", "patch", "delete"),
+        ("create", "get", "delete"),
         "the Secret holding a step's SecretStr env values: the same life as its ConfigMap "
         "(no list or watch: k8sjobs never enumerates Secrets)",
     ),
     Rule(
         "",
         "services",
-        ("create", "get", "update", "patch", "delete"),
+        ("create", "get", "delete"),
         "the headless Service of a multi-node step, so indexed pods find each other",
     ),
     Rule(

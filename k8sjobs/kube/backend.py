@@ -1,9 +1,9 @@
 """KubernetesBackend: create a step's objects (``create.create_step``), keep its handle current.
 
-A step's objects are created in the order of ``kube/create.py`` (three writes for a fresh
-single-node step), against the Job this backend's watch already knows. A ConfigMap left
-without a Job by a driver that died in between is overwritten or adopted by the next
-submission, and reported by ``attach``.
+A step's objects are created in the order of ``kube/create.py`` (two writes for a fresh
+single-node step: the Job, then its ConfigMap owned by it), against the Job this backend's
+watch already knows. A Job left without its ConfigMap by a driver that died in between is
+finished by the next submission of the step, and reported by ``attach`` (``unwritten``).
 
 Handles are fed by one ``StudyWatch`` per namespace and study: a Job informer and a Pod
 informer whose changes reach the right handle by dict lookup on the Job name.
@@ -470,7 +470,12 @@ class KubernetesBackend:
         self._finishing: set[tuple[str, str]] = set()
         # Steps that had ended when ``attach`` found them: their Jobs are left as they are.
         self._ended_before: set[tuple[str, str]] = set()
+        #: ConfigMaps of the study that have no Job, found by ``attach`` (left by an older
+        #: k8sjobs, which wrote the ConfigMap first).
         self.orphans: list[str] = []
+        #: Jobs of the study that have no ConfigMap, found by ``attach``: a driver died
+        #: between its two writes; submitting the step again writes the rest.
+        self.unwritten: list[str] = []
 
     def watch_policy(self) -> dict[str, Any]:
         """Return the Informer keywords of this backend's watches (bounds, shared stats)."""
@@ -584,6 +589,7 @@ class KubernetesBackend:
                         replace=replace,
                         gone=lambda: self._wait_gone(watch, name),
                         rerun=ended if rerun else _keep,
+                        written=lambda job: _mounted(watch.pods_by_job.get(name, {}).values()),
                     )
                     break
                 except ServerUnavailable as exc:
@@ -653,6 +659,18 @@ class KubernetesBackend:
     async def _find_orphans(self, watch: StudyWatch, study: str) -> None:
         selector = f"{LABEL_STUDY}={label_value(study)}"
         found = await self.client.list_all(CONFIGMAPS, watch.namespace, selector)
+        have = {item["metadata"]["name"] for item in found["items"]}
+        for name, job in watch.jobs.cache.objects.items():
+            if name in have or ended(job) or name in self.unwritten:
+                continue
+            step = (job["metadata"].get("annotations") or {}).get(ANNOTATION_STEP, name)
+            log.warning(
+                'Step "%s": Job "%s" has no ConfigMap (a driver stopped between creating '
+                "them), so its pods wait; submitting the step again creates it.",
+                step,
+                name,
+            )
+            self.unwritten.append(name)
         for item in found["items"]:
             meta = item["metadata"]
             if not meta.get("ownerReferences") and meta["name"] not in watch.jobs.cache.objects:
@@ -996,4 +1014,21 @@ def _has_walltime(job: dict[str, Any] | None) -> bool:
 
 def _keep(job: Mapping[str, Any]) -> bool:
     """Return False: an ended Job of the same spec is adopted, not run again."""
+    return False
+
+
+#: The pod condition a kubelet sets once the pod's sandbox and volumes are ready.
+_MOUNTED = "PodReadyToStartContainers"
+
+
+def _mounted(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Return whether one of a Job's pods got past mounting its volumes: then its step's
+    ConfigMap, created after every other object of the step, exists."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Running", "Succeeded"):
+            return True
+        for condition in status.get("conditions") or ():
+            if (condition.get("type"), condition.get("status")) == (_MOUNTED, "True"):
+                return True
     return False

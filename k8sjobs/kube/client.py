@@ -271,10 +271,25 @@ class KubeClient:
             answer=answer,
         )
 
-    async def delete(self, kind: Kind, namespace: str, name: str, *, propagation: str) -> Any:
-        """Delete an object with ``propagation`` (Background, Foreground, Orphan)."""
+    async def delete(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Delete an object with ``propagation`` (Background, Foreground, Orphan); with
+        ``preconditions`` (``{"uid": ...}``) only that very object (else Conflict)."""
         what = f'delete {kind.plural} "{name}" in namespace "{namespace}"'
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        body: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": propagation,
+        }
+        if preconditions:
+            body["preconditions"] = dict(preconditions)
         return await self.request(
             "DELETE", kind.path(namespace, name), body=body, what=what, kind=kind, verb="delete"
         )

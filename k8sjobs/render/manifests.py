@@ -377,7 +377,14 @@ def _configmap(
             f'Step "{step.name}": the expanded script and handoff configuration take {size} '
             f"bytes, over the {CONFIGMAP_LIMIT}-byte ConfigMap limit; shorten the script"
         )
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(meta), "data": data}
+    # Immutable: it never changes after creation, and a kubelet then keeps no watch on it.
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(meta),
+        "immutable": True,
+        "data": data,
+    }
 
 
 def lineage_annotations(step: Step, inputs: Mapping[str, str]) -> dict[str, str]:
@@ -415,6 +422,7 @@ def _secret(step: Step, meta: Mapping[str, Any], ssh_key: SshKey | None) -> dict
         "kind": "Secret",
         "metadata": _meta(meta),
         "type": kind,
+        "immutable": True,
         "data": data,
     }
 

@@ -29,6 +29,7 @@ from ._podresources import pod_resources
 from ._store import Event, Obj, Store, now_rfc3339
 
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
+_MOUNT_RETRY_CAP = 122.0  # a real kubelet's longest wait between two mount tries
 _TERMINAL = ("Succeeded", "Failed")
 _FOREIGN_CONDITIONS = ("DisruptionTarget",)
 
@@ -88,6 +89,9 @@ class KubeletConfig:
     default_duration: float = 0.05
     image_pull_failure: str | None = r"(^|/)(does-not-exist|nonexistent)([:@/]|$)"
     image_pull_backoff: float = 0.5
+    #: The first delay before a pod whose ConfigMap or Secret volume is missing tries to mount
+    #: again; it doubles at each try (a real kubelet's 0.5 s, up to its 2 min 2 s).
+    mount_retry: float = 0.5
     root: Path | None = None
     kill_grace: float = 2.0
     #: execute mode: "in-process" (default, or $K8SJOBS_HANDOFF) or "subprocess" handoff.
@@ -445,6 +449,10 @@ class Kubelet:
     # ------------------------------------------------------------------ running
 
     def _launch(self, pod: Obj) -> None:
+        failed = _failed_mount(self.store, pod)
+        if failed is not None:
+            self._wait_for_volume(pod, pod, failed, self.config.mount_retry)
+            return
         bad_image = self._bad_image(pod)
         if bad_image is not None:
             self._later(self.config.start_delay, self._pull_failed, pod, bad_image)
@@ -466,6 +474,36 @@ class Kubelet:
     def _cancel_timers(self, uid: str) -> None:
         for handle in self._timers.pop(uid, []):
             handle.cancel()
+
+    def _wait_for_volume(self, bound: Obj, pod: Obj, message: str, delay: float) -> None:
+        """Keep ``pod`` ContainerCreating with a FailedMount event, and try again later.
+
+        A real kubelet does the same when a pod's ConfigMap or Secret does not exist yet
+        (../shared/k8s-reference/job-configmap-created-after-job.json): the pod stays
+        Pending, the one FailedMount Event's count grows at each try (it refers to the pod
+        as bound, ``bound``, as the kubelet's copy does), the delay doubles, and the pod
+        mounts and starts at the first try after the object exists.
+        """
+        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        if ((statuses[0].get("state") or {}).get("waiting") or {}).get(
+            "reason"
+        ) != "ContainerCreating":
+            self._set_waiting(pod, "ContainerCreating")
+        record_event(
+            self.store, bound, "Warning", "FailedMount", message, "kubelet", host=self._host
+        )
+        later = min(delay * 2, _MOUNT_RETRY_CAP)
+        self._timer(pod, delay, self._retry_mount, bound, later)
+
+    def _retry_mount(self, bound: Obj, delay: float) -> None:
+        pod = self.store.get("pods", bound["metadata"]["namespace"], bound["metadata"]["name"])
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        failed = _failed_mount(self.store, pod)
+        if failed is not None:
+            self._wait_for_volume(bound, pod, failed, delay)
+            return
+        self._launch(pod)
 
     def _bad_image(self, pod: Obj) -> str | None:
         if self._image_failure is None:
@@ -495,11 +533,10 @@ class Kubelet:
         self._set_waiting(current, "ImagePullBackOff", message)
         record_event(self.store, current, "Normal", "BackOff", message, "kubelet", host=self._host)
 
-    def _set_waiting(self, pod: Obj, reason: str, message: str) -> None:
+    def _set_waiting(self, pod: Obj, reason: str, message: str | None = None) -> None:
+        waiting = {"reason": reason} if message is None else {"reason": reason, "message": message}
         statuses = [
-            _container_status(
-                c, {"waiting": {"reason": reason, "message": message}}, ready=False, started=False
-            )
+            _container_status(c, {"waiting": waiting}, ready=False, started=False)
             for c in pod["spec"]["containers"]
         ]
         conditions = _conditions(ready=False, reason="ContainersNotReady", running=False)
@@ -728,6 +765,28 @@ def _with_entrypoints(pod: Obj) -> Obj:
         for c in containers
     ]
     return {**pod, "spec": {**pod["spec"], "containers": filled}}
+
+
+def _failed_mount(store: Store, pod: Obj) -> str | None:
+    """Return the kubelet's FailedMount message for the first ConfigMap or Secret volume of
+    ``pod`` that does not exist (and is not optional), or None when every one can mount."""
+    namespace = pod["metadata"]["namespace"]
+    for volume in (pod.get("spec") or {}).get("volumes") or ():
+        for field_name, resource, key in (
+            ("configMap", "configmaps", "name"),
+            ("secret", "secrets", "secretName"),
+        ):
+            source = volume.get(field_name)
+            if source is None or source.get("optional"):
+                continue
+            wanted = str(source.get(key) or "")
+            if store.get(resource, namespace, wanted) is None:
+                kind = resource[:-1]
+                return (
+                    f'MountVolume.SetUp failed for volume "{volume.get("name")}" : '
+                    f'{kind} "{wanted}" not found'
+                )
+    return None
 
 
 def _plan_from_annotations(pod: Obj, default_duration: float) -> PodPlan:

@@ -340,6 +340,8 @@ class Validator:
         causes = _semantic_causes(resource, new)
         if resource.plural == "jobs":
             causes += _job_immutable_causes(old, new)
+        elif resource.plural in ("configmaps", "secrets"):
+            causes += _immutable_data_causes(old, new)
         if not causes and (resource.hooks is None or resource.hooks.builtin_schema):
             causes += self._schema_causes(new)
         if causes:
@@ -498,6 +500,25 @@ def _job_causes(job: dict[str, Any]) -> list[dict[str, str]]:
     if not pod_spec.get("containers"):
         return [cause("FieldValueRequired", "Required value", "spec.template.spec.containers")]
     return []
+
+
+def _immutable_data_causes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, str]]:
+    """Return kube-apiserver's causes for changing an immutable ConfigMap or Secret: once
+    ``immutable: true``, only its metadata may change (labels, annotations, owners,
+    finalizers), and it may be deleted (ValidateConfigMapUpdate, ValidateSecretUpdate)."""
+    causes = []
+    if old.get("kind") == "Secret" and new.get("type", "Opaque") != old.get("type", "Opaque"):
+        message = f"Invalid value: {json.dumps(new.get('type'))}: field is immutable"
+        causes.append(cause("FieldValueInvalid", message, "type"))
+    if old.get("immutable") is not True:
+        return causes
+    message = "Forbidden: field is immutable when `immutable` is set"
+    if new.get("immutable") is not True:
+        causes.append(cause("FieldValueForbidden", message, "immutable"))
+    for key in ("data", "binaryData"):
+        if new.get(key) != old.get(key):
+            causes.append(cause("FieldValueForbidden", message, key))
+    return causes
 
 
 def _job_immutable_causes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, str]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import contextlib
 import datetime as _dt
 import json
 import random
@@ -593,7 +594,23 @@ class Store:
         self._by_uid[obj["metadata"]["uid"]] = key
         self._index_owners(key, old, obj)
         self._emit(Event(self.rv, kind, res.plural, namespace, obj))
+        refs = obj["metadata"].get("ownerReferences")
+        if refs and old is None and all(self.by_uid(r.get("uid", "")) is None for r in refs):
+            # Created naming only owners that are gone: the garbage collector deletes it,
+            # as it does a dependent whose owners go after it (a Job deleted between
+            # k8sjobs' create of it and of its ConfigMap).
+            with contextlib.suppress(RuntimeError):  # no loop: a store used offline
+                asyncio.get_running_loop().call_soon(self._collect_dangling, key, refs)
         return obj
+
+    def _collect_dangling(self, key: Key, refs: list[Obj]) -> None:
+        obj = self.get(*key)
+        if obj is None or obj["metadata"].get("ownerReferences") != refs:
+            return
+        if any(self.by_uid(r.get("uid", "")) is not None for r in refs):
+            return
+        with contextlib.suppress(_errors.ApiError):
+            self.delete(*key, propagation="Background")
 
     def _remove(
         self, res: Resource, namespace: str, obj: Obj, propagation: str = "Background"

@@ -37,6 +37,10 @@ def _ended(job: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
 
 
+def _ready(cluster: FakeCluster, name: str) -> bool:
+    return bool(((cluster.get("jobs", name) or {}).get("status") or {}).get("ready"))
+
+
 async def _create(client: KubeClient, manifests: Manifests, **options: Any) -> None:
     try:
         current = await client.get(JOBS, manifests.namespace, manifests.name)
@@ -106,6 +110,16 @@ async def test_same_spec_is_adopted_without_writes_and_another_spec_is_refused(
 ) -> None:
     manifests = render(step("a", duration=30), Target(study="s"))
     await _create(client, manifests)
+    # Not known to have its ConfigMap yet: its create is sent again, refused (AlreadyExists)
+    # and the one found is ours (it names the Job as owner); nothing changes.
+    configmap = cluster.get("configmaps", manifests.name)
+    cluster.requests.reset()
+    await _create(client, manifests)
+    assert cluster.request_count("create") == 1
+    assert sum(cluster.request_count(v) for v in ("patch", "update", "delete")) == 0
+    assert cluster.get("configmaps", manifests.name) == configmap
+    # Once a pod of it is ready (so it mounted the ConfigMap), adopting it writes nothing.
+    await wait_until(lambda: _ready(cluster, manifests.name), "its pod is ready")
     cluster.requests.reset()
     await _create(client, manifests)
     assert sum(cluster.request_count(v) for v in ("create", "patch", "update", "delete")) == 0

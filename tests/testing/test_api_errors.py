@@ -249,6 +249,41 @@ async def test_namespace_deletion_goes_through_terminating(
     assert code == 404
 
 
+@pytest.mark.parametrize("kind", ["configmaps", "secrets"])
+async def test_an_immutable_object_refuses_data_changes_and_takes_metadata_ones(
+    http: aiohttp.ClientSession, kind: str
+) -> None:
+    # ValidateConfigMapUpdate / ValidateSecretUpdate: once immutable, only metadata changes.
+    url = f"/api/v1/namespaces/default/{kind}"
+    data = {"a": "MQ=="}
+    code, made = await answer(
+        await http.post(url, json={"metadata": {"name": "i"}, "immutable": True, "data": data})
+    )
+    assert code == 201 and made["immutable"] is True
+    kind_name = "ConfigMap" if kind == "configmaps" else "Secret"
+    why = "Forbidden: field is immutable when `immutable` is set"
+    for change, field in (
+        ({"data": {"a": "Mg=="}}, "data"),
+        ({"immutable": False}, "immutable"),
+        ({"binaryData": {"b": "Mw=="}}, "binaryData"),
+    ):
+        if kind == "secrets" and field == "binaryData":
+            continue  # a Secret has no binaryData
+        patch = json.dumps(change)
+        headers = {"Content-Type": "application/merge-patch+json"}
+        code, body = await answer(await http.patch(f"{url}/i", data=patch, headers=headers))
+        expected = invalid(kind_name, "i", "FieldValueForbidden", why, field)
+        assert (code, body) == (422, expected), field
+        update = {**made, **change}
+        code, body = await answer(await http.put(f"{url}/i", json=update))
+        assert (code, body) == (422, expected), field
+    labelled = {**made, "metadata": {**made["metadata"], "labels": {"k": "v"}}}
+    code, body = await answer(await http.put(f"{url}/i", json=labelled))
+    assert code == 200 and body["metadata"]["labels"] == {"k": "v"}
+    code, _ = await answer(await http.delete(f"{url}/i"))
+    assert code == 200
+
+
 # ---------------------------------------------------------------------- kubectl
 
 

@@ -248,6 +248,39 @@ async def test_bad_images_fail_to_pull_then_back_off(
     assert {"Failed", "BackOff"} <= reasons
 
 
+@pytest.mark.parametrize("kind", ["configMap", "secret"])
+async def test_a_pod_waits_containercreating_for_its_missing_volume(
+    tmp_path: Path, kind: str
+) -> None:
+    # As a real kubelet (k8s-reference/job-configmap-created-after-job.json): Pending,
+    # ContainerCreating, one FailedMount Event whose count grows at each doubling retry;
+    # the pod mounts and runs once the object exists.
+    kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.005, mount_retry=0.02)
+    async with FakeCluster(directory=tmp_path, controller=FAST, kubelet_config=kubelet) as fake:
+        body = job_body("late", backoffLimit=0)
+        source = {"name": "late"} if kind == "configMap" else {"secretName": "late"}
+        body["spec"]["template"]["spec"]["volumes"] = [{"name": "e", kind: source}]
+        fake.store.create("jobs", "default", body)
+        resource = "configmaps" if kind == "configMap" else "secrets"
+        message = f'MountVolume.SetUp failed for volume "e" : {resource[:-1]} "late" not found'
+
+        def failed_mounts() -> list[dict[str, Any]]:
+            return [e for e in fake.objects("events") if e["reason"] == "FailedMount"]
+
+        await wait_until(lambda: any(e.get("count", 0) >= 3 for e in failed_mounts()))
+        (event,) = failed_mounts()
+        assert (event["type"], event["message"]) == ("Warning", message)
+        assert event["involvedObject"]["kind"] == "Pod"
+        (pod,) = fake.objects("pods")
+        assert pod["status"]["phase"] == "Pending"
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["state"] == {"waiting": {"reason": "ContainerCreating"}}
+        assert not finished(fake, "late")
+        fake.store.create(resource, "default", {"metadata": {"name": "late"}})
+        await wait_until(lambda: finished(fake, "late"))
+        assert conditions(fake, "late")[-1][:2] == ("Complete", "True")
+
+
 async def test_memory_over_the_limit_ends_oomkilled(
     cluster: FakeCluster, api: client.ApiClient
 ) -> None:

@@ -50,9 +50,11 @@ _IF_INDEX = re.compile(
 )
 
 
-def shell_rule(pod: dict[str, Any]) -> PodPlan:
-    """Simulate `/bin/sh -c SCRIPT` for the scripts used in the transcripts."""
+def shell_rule(pod: dict[str, Any], files: dict[str, str] | None = None) -> PodPlan:
+    """Simulate `/bin/sh -c SCRIPT` (or `/bin/sh FILE`, ``files`` mapping the paths the pod
+    mounts to their text) for the scripts used in the transcripts."""
     script = pod["spec"]["containers"][0]["command"][-1]
+    script = (files or {}).get(script, script).strip().replace("\n", ";")
     index = (pod["metadata"].get("annotations") or {}).get(
         "batch.kubernetes.io/job-completion-index", ""
     )
@@ -152,6 +154,8 @@ def normalise_event(kind: str, event: dict[str, Any]) -> tuple[Any, ...]:
     involved = event["involvedObject"]
     message = re.sub(r'pods "([a-z0-9-]+-)[a-z0-9]{5}"', r'pods "\1<suffix>"', event["message"])
     named_after = event["metadata"]["name"].rsplit(".", 1)[0]
+    if involved["kind"] == "Pod":  # a Job's pod: its name ends in a generated suffix
+        named_after = re.sub(r"-[a-z0-9]{5}$", "-<suffix>", named_after)
     return (
         kind,
         event["type"],
@@ -202,7 +206,12 @@ async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[
         time_scale=TIME_SCALE,
         api_backoff_base=1.0 * API_SCALE,
     )
-    kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.003, rule=shell_rule)
+    kubelet = KubeletConfig(
+        schedule_delay=0.001,
+        start_delay=0.003,
+        mount_retry=0.5 * TIME_SCALE,
+        rule=lambda pod: shell_rule(pod, mounted_files(fake, pod)),
+    )
     fake = FakeCluster(directory=tmp_path, controller=timings, kubelet_config=kubelet)
     warnings: list[tuple[float, tuple[Any, ...]]] = []
     written: list[float] = []
@@ -225,6 +234,12 @@ async def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[
         async with watch.Watch() as watcher:
             created = await batch.create_namespaced_job("demo", job, _preload_content=False)
             created_body = json.loads(await created.read())
+            if "configmap_as_submitted" in scenario:  # created later, as recorded
+                delay = scenario["configmap_created_at_t"] * TIME_SCALE
+                configmap = scenario["configmap_as_submitted"]
+                asyncio.get_running_loop().call_later(
+                    delay, fake.store.create, "configmaps", "demo", configmap
+                )
             statuses = [normalise(created_body["status"])]
             job_task = asyncio.ensure_future(
                 collect_statuses(watcher, batch, job, created_body, statuses)
@@ -251,6 +266,18 @@ def note_write(event: Any, written: list[float]) -> None:
     """Note when the fake wrote a Warning Event (its controller's clock, not a watcher's)."""
     if event.resource == "events" and event.obj.get("type") == "Warning":
         written.append(time.monotonic())
+
+
+def mounted_files(fake: FakeCluster, pod: dict[str, Any]) -> dict[str, str]:
+    """Return the text of each file the pod's first container sees from its ConfigMaps."""
+    namespace, files = pod["metadata"]["namespace"], {}
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or ()}
+    for mount in pod["spec"]["containers"][0].get("volumeMounts") or ():
+        source = volumes.get(mount["name"], {}).get("configMap")
+        configmap = fake.get("configmaps", source["name"], namespace) if source else None
+        for key, text in ((configmap or {}).get("data") or {}).items():
+            files[f"{mount['mountPath']}/{key}"] = text
+    return files
 
 
 def deleting(pod: dict[str, Any]) -> bool:
