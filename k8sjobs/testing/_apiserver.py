@@ -44,6 +44,7 @@ from ._store import Obj, Store, Watcher, copy_obj
 
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"
+_JSON_PATCH = "application/json-patch+json"
 _DEFAULT_WATCH_TIMEOUT = 1800.0
 # http.DefaultMaxHeaderBytes, plus the 4 KiB Go's server reads beyond it.
 _MAX_HEADER_BYTES = (1 << 20) + 4096
@@ -409,12 +410,16 @@ class ApiServer:
                 "PatchOptions", "force", "Forbidden", "may not be specified for non-apply patch"
             )
         patch = await _read_json(request)
+        refused = _decoding.bad_patch(ctype, patch) if ctype != _JSON_PATCH else None
+        if refused is not None:
+            raise refused
+        patch = {} if patch is None else patch
         current = _shown(res, copy_obj(self.store.require(res.plural, ns or "", name)))
         if ctype == "application/merge-patch+json":
             patched = _patch.merge_patch(current, patch)
         elif ctype == "application/strategic-merge-patch+json":
             patched = _patch.strategic_merge_patch(current, patch)
-        elif ctype == "application/json-patch+json":
+        elif ctype == _JSON_PATCH:
             if not isinstance(patch, list):
                 raise _errors.bad_request("a JSON patch must be a list of operations")
             patched = _patch.json_patch(current, patch)
@@ -426,7 +431,16 @@ class ApiServer:
                 f"types include: application/json-patch+json, application/merge-patch"
                 f"+json, application/strategic-merge-patch+json (not {ctype})",
             )
-        if not isinstance(patch, list) and "resourceVersion" not in patch.get("metadata", {}):
+        mistyped = (
+            None
+            if res.hooks
+            else _decoding.patched_mismatch(res.group, res.version, res.kind, patched)
+        )
+        if mistyped is not None:
+            raise mistyped
+        if not isinstance(patch, list) and "resourceVersion" not in (
+            patch.get("metadata") if isinstance(patch.get("metadata"), dict) else {}
+        ):
             patched["metadata"].pop("resourceVersion", None)
         if sub != "status" and res.has_status:
             patched["status"] = current.get("status", {})

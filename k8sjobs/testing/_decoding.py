@@ -159,18 +159,52 @@ def check_definition(name: str, version: str, kind: str, body: Any, raw: bytes |
                 "type string"
             )
             raise unrecognized(kind, f"couldn't get version/kind; json parse error: {error}", raw)
-    definitions = _definitions()
-    if name not in definitions:
-        return  # a kind the schemas do not hold (a custom resource): decoded unstructured
-    if _decodes(_node(definitions[name]), body):
-        return  # the common case, checked without building field paths
-    mismatch = _walk(definitions, definitions[name], body, _short(name), "")
+    mismatch = _mismatch_of(name, body)
     if mismatch is not None:
         sent_version = str(body.get("apiVersion") or version).rsplit("/", 1)[-1]
         sent_kind = str(body.get("kind") or kind)
         raise _errors.bad_request(
             f'{sent_kind} in version "{sent_version}" cannot be handled as a {kind}: {mismatch}'
         )
+
+
+def patched_mismatch(group: str, version: str, kind: str, patched: Any) -> ApiError | None:
+    """Return the 422 a patch answers when its result does not decode into the kind's types
+    (the real patch handler's `patch: Invalid value: "<result>": <decode error>`)."""
+    package = group.split(".", 1)[0] if group else "core"
+    mismatch = _mismatch_of(f"io.k8s.api.{package}.{version}.{kind}", patched)
+    if mismatch is None:
+        return None
+    shown = json.dumps(json.dumps(patched, separators=(",", ":")))
+    cause = {
+        "reason": "FieldValueInvalid",
+        "message": f"Invalid value: {shown}: {mismatch}",
+        "field": "patch",
+    }
+    return _errors.invalid("", "", [cause])
+
+
+def _mismatch_of(name: str, body: Any) -> str | None:
+    definitions = _definitions()
+    if name not in definitions:
+        return None  # a kind the schemas do not hold (a custom resource): decoded unstructured
+    if _decodes(_node(definitions[name]), body):
+        return None  # the common case, checked without building field paths
+    return _walk(definitions, definitions[name], body, _short(name), "")
+
+
+def bad_patch(content_type: str, patch: Any) -> ApiError | None:
+    """Return the 400 for a merge or strategic-merge patch that is not a JSON object."""
+    if isinstance(patch, dict):
+        return None
+    if content_type == "application/strategic-merge-patch+json":
+        if patch is None:
+            return None  # decodes into an empty map: a no-op patch
+        return _errors.bad_request(
+            f"json: cannot unmarshal {_json_kind(patch)} into Go value of type "
+            "map[string]interface {}"
+        )
+    return _errors.bad_request("Invalid JSON Patch")
 
 
 @functools.cache

@@ -342,3 +342,43 @@ async def test_a_known_subresource_with_a_verb_it_lacks_is_not_allowed(
     status, answer = await call(http, "GET", f"{url}/status")
     assert status == 200 and answer["metadata"]["name"] == "p"
     assert cluster.get("pods", "p") is not None
+
+
+@pytest.mark.parametrize(
+    ("content_type", "patch", "status", "message"),
+    [
+        ("application/merge-patch+json", "5", 400, "Invalid JSON Patch"),
+        ("application/merge-patch+json", "null", 400, "Invalid JSON Patch"),
+        (
+            "application/strategic-merge-patch+json",
+            "[]",
+            400,
+            "json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            '{"metadata": {"labels": 5}}',
+            422,
+            "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of "
+            "type map[string]string",
+        ),
+    ],
+)
+async def test_a_patch_that_is_no_object_or_mistypes_the_result_is_refused(
+    cluster: FakeCluster,
+    http: aiohttp.ClientSession,
+    content_type: str,
+    patch: str,
+    status: int,
+    message: str,
+) -> None:
+    cluster.store.create("configmaps", "default", {"metadata": {"name": "x"}})
+    before = cluster.get("configmaps", "x")
+    url = f"{configmaps(cluster)}/x"
+    async with http.patch(url, data=patch, headers={"Content-Type": content_type}) as response:
+        answer = json.loads(await response.text())
+    assert response.status == status
+    assert answer["message"] == message if status == 400 else answer["message"].endswith(message)
+    if status == 422:
+        assert answer["details"]["causes"][0]["field"] == "patch"
+    assert cluster.get("configmaps", "x") is before
