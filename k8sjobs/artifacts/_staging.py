@@ -12,9 +12,11 @@ is always safe to remove.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +24,8 @@ from pathlib import Path
 STAGING_PREFIX = ".k8sjobs-extract-"
 PART_PREFIX = ".k8sjobs-part-"
 OLD_MARK = ".k8sjobs-old-"
+RESERVED = ".k8sjobs-"  # what every temporary name of a pull starts with
+LOCK_FILE = ".k8sjobs-lock"  # inside a staging directory, where a directory cannot be locked
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -43,6 +47,34 @@ class Held:
             os.close(fd)
 
 
+def _flock(fd: int, path: str, flags: int) -> int:
+    """Lock ``fd`` (a staging directory or partial file at ``path``) with flock(2); return the
+    descriptor that holds the lock, ``fd`` or one that replaced it (``fd`` is then closed).
+
+    NFS emulates flock with byte-range locks, which a descriptor opened read-only cannot
+    take (EBADF): there a directory is locked through a lock file inside it, and a file
+    through a read-write descriptor. Raises as flock does (BlockingIOError when held).
+    """
+    try:
+        fcntl.flock(fd, flags)
+        return fd
+    except OSError as exc:
+        if exc.errno != errno.EBADF:
+            raise
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        flags_rw = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        other = os.open(LOCK_FILE, flags_rw, 0o600, dir_fd=fd)
+    else:
+        other = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fcntl.flock(other, flags)
+    except BaseException:
+        os.close(other)
+        raise
+    os.close(fd)
+    return other
+
+
 def _locked(parent: Path, make: Callable[[], tuple[Path, int]]) -> Held:
     """Make a path and lock it. Another pull's sweep may find it in the moment before the
     lock and remove it (holding the lock meanwhile): then the path is no longer the one
@@ -52,9 +84,14 @@ def _locked(parent: Path, make: Callable[[], tuple[Path, int]]) -> Held:
             path, fd = make()
         except FileNotFoundError:  # a sweep removed it between its making and its opening
             continue
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a sweep that holds it
+        inode = os.fstat(fd).st_ino
+        try:
+            fd = _flock(fd, str(path), fcntl.LOCK_EX)  # waits out a sweep that holds it
+        except FileNotFoundError:  # removed before its lock file could be made (NFS)
+            os.close(fd)
+            continue
         with contextlib.suppress(FileNotFoundError):
-            if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+            if os.lstat(path).st_ino == inode:
                 return Held(path, fd)
         os.close(fd)
     raise OSError(f"cannot keep a staging path in {parent}: something removes them")
@@ -91,11 +128,11 @@ def _remove_if_dead(entry: os.DirEntry[str], is_dir: bool) -> None:
     except OSError:
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        held = _flock(fd, entry.path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: a living pull holds it; else it cannot be told
         os.close(fd)
-        return  # a living pull holds it
-    Held(Path(entry.path), fd).release()
+        return
+    Held(Path(entry.path), held).release()
 
 
 def sweep(directory: Path) -> None:

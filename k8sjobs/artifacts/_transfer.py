@@ -301,6 +301,11 @@ def _check_paths(given: Sequence[Path]) -> list[Path]:
                 "or push the directory that holds it: names inside a directory are carried "
                 "as their bytes."
             ) from None
+        if path.name.startswith(_staging.RESERVED):
+            raise RegistryError(
+                f'Cannot push {path}: names starting with "{_staging.RESERVED}" are the '
+                "temporary names of k8sjobs pulls, which remove them; rename it."
+            )
         if not path.exists():
             raise RegistryError(f"Cannot push {path}: no such file or directory.")
         if not (path.is_file() or path.is_dir()):
@@ -354,6 +359,11 @@ def _layer_destination(target: Path, desc: Descriptor) -> Path:
         raise UnsafeArchive(f'Layer title "{title}" is not a safe relative path: {exc}.') from None
     if norm in (".", ""):
         raise UnsafeArchive(f'Layer title "{title}" names no file.')
+    if norm.startswith(_staging.RESERVED):
+        raise UnsafeArchive(
+            f'Layer title "{title}": names starting with "{_staging.RESERVED}" are the '
+            "temporary names of k8sjobs pulls, which remove them."
+        )
     if any(len(part.encode("utf-8", "surrogateescape")) > _NAME_MAX for part in norm.split("/")):
         raise UnsafeArchive(
             f'Layer title "{title[:80]}...": a path component is longer than {_NAME_MAX} '

@@ -272,24 +272,62 @@ def test_a_file_that_vanishes_during_a_push_is_one_error_naming_it(tmp_path: Pat
             asyncio.run(layout.push("t/x:v1", [tree]))
 
 
-def test_a_target_whose_filesystem_cannot_lock_a_directory_still_pulls(tmp_path: Path) -> None:
-    """NFS emulates flock with byte-range locks, which a directory opened read-only cannot
-    take (EBADF): the install lock is then skipped, as before it existed, rather than the
-    pull failing. (Only the target's lock is refused here: the staging directories' locks
-    on NFS are another matter, see the note of issue 25.)"""
+@contextlib.contextmanager
+def _nfs_locks() -> Iterator[None]:
+    """flock(2) as Linux's NFS client gives it: emulated with byte-range locks, so an
+    exclusive lock on a descriptor opened read-only (every directory's) fails with EBADF."""
     import errno
     import fcntl
 
-    layout, tree, _ = _artifact(tmp_path)
     real_flock = fcntl.flock
 
     def nfs_flock(fd: int, operation: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "target"):
+        read_only = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+        if operation & fcntl.LOCK_EX and read_only:
             raise OSError(errno.EBADF, "Bad file descriptor")
         real_flock(fd, operation)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fcntl, "flock", nfs_flock)
-        for _ in range(2):
-            asyncio.run(layout.pull("t/x:v1", tmp_path / "target"))
-    assert same_tree(tree, tmp_path / "target" / "tree")
+        yield
+
+
+def test_pulls_onto_nfs_lock_through_files_and_still_sweep_leftovers(tmp_path: Path) -> None:
+    """On NFS every directory pull failed (EBADF locking its staging directory, on main
+    before this work too): staging directories are locked through a lock file inside them,
+    and leftovers are still told from living pulls. (The install lock is skipped there, so
+    concurrent pulls into one NFS target are not serialized: see docs/artifacts.md.)"""
+    layout, tree, single = _artifact(tmp_path)
+    target = tmp_path / "target"
+    target.mkdir()
+    dead = target / ".k8sjobs-extract-dead"  # what a pull killed on NFS leaves
+    dead.mkdir()
+    (dead / ".k8sjobs-lock").write_text("")
+    (target / ".k8sjobs-part-f.bin.dead").write_text("partial")
+    with _nfs_locks():
+        for _ in range(3):
+            asyncio.run(layout.pull("t/x:v1", target))
+            assert _leftovers(target) == []
+    assert same_tree(tree, target / "tree")
+    assert (target / "f.bin").read_bytes() == single.read_bytes()
+
+
+def test_a_living_pulls_staging_directory_on_nfs_is_left_alone(tmp_path: Path) -> None:
+    from k8sjobs.artifacts import _staging
+
+    with _nfs_locks():
+        held = _staging.staging_dir(tmp_path)
+        _staging.sweep(tmp_path)
+        assert held.path.is_dir()  # its lock file is locked: a living pull
+        held.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_names_of_k8sjobs_temporary_files_are_refused_as_titles(tmp_path: Path) -> None:
+    """A pull's sweep removes ``.k8sjobs-*`` entries, and a staging directory on NFS holds
+    ``.k8sjobs-lock``: a file or directory so named is refused by the push, naming it."""
+    reserved = tmp_path / ".k8sjobs-lock"
+    reserved.write_text("x\n")
+    layout = OCILayout(tmp_path / "layout", cache=DigestCache(tmp_path / "c.sqlite"))
+    with pytest.raises(RegistryError, match=r"Cannot push .*\.k8sjobs-lock: names starting"):
+        asyncio.run(layout.push("t/x:v1", [reserved]))
