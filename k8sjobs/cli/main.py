@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from .._version import __version__
-from ..errors import K8sJobsError
+from ..errors import ClusterUnreachable, K8sJobsError
 from .artifact import add_artifact_commands
 from .image import add_image_commands
 from .options import BACKEND, Parser, UsageError, add_globals, print_error
@@ -40,7 +40,7 @@ __all__ = ["EXIT_CODES", "build_parser", "main"]
 EXIT_CODES = """\
 exit codes:
   0    every step succeeded (status: every step shown succeeded)
-  1    a step did not succeed, or nothing was found
+  1    a step did not succeed, nothing was found, or the cluster cannot be used
   2    bad input: the study file, an option, a file that is not there
   130  interrupted (Ctrl-C); running steps were cancelled
 """
@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome)
     except KeyboardInterrupt:
         return 130
+    except ClusterUnreachable as exc:  # not the user's input: the cluster is not there
+        print_error(str(exc))
+        return 1
     except (UsageError, K8sJobsError, ValidationError, ValueError, OSError) as exc:
         print_error(str(exc))
         return 2

@@ -94,9 +94,48 @@ GLOBALS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
             "help": "the Kubernetes namespace (default the context's namespace, else default)",
         },
     ),
+    "connect_timeout": (
+        ("--connect-timeout",),
+        {
+            "type": lambda v: _seconds(v, "--connect-timeout"),
+            "default": 10.0,
+            "metavar": "SECONDS",
+            "help": "kubernetes: give up starting after SECONDS without an answer from the API "
+            "server, with one line saying why (default 10)",
+        },
+    ),
+    "outage_timeout": (
+        ("--outage-timeout",),
+        {
+            "type": lambda v: _seconds(v, "--outage-timeout"),
+            "default": 900.0,
+            "metavar": "SECONDS",
+            "help": "kubernetes: stop waiting after the API server was unreachable for SECONDS "
+            "(the steps keep running; default 900)",
+        },
+    ),
 }
 #: The global options of a command that talks to a backend.
-BACKEND = ("state_dir", "backend", "kubeconfig", "context", "namespace")
+BACKEND = (
+    "state_dir",
+    "backend",
+    "kubeconfig",
+    "context",
+    "namespace",
+    "connect_timeout",
+    "outage_timeout",
+)
+
+
+def _seconds(value: str, flag: str) -> float:
+    """Return ``value`` as a number of seconds above 0, or refuse it naming ``flag``."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"{flag} must be a number of seconds above 0")
+    return number
 
 
 def add_globals(parser: argparse.ArgumentParser, names: Sequence[str], *, top: bool) -> None:

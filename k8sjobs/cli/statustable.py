@@ -146,6 +146,8 @@ class LiveView:
         self._recent: dict[str, None] = {}  # the same, by last change
         self.rows_drawn = 0
         self.draws = 0
+        #: A line above the steps about the driver itself (``Progress.notice``).
+        self.notice: str | None = None
 
     def change(self, result: StepResult) -> None:
         """Take a step's new result (the cost does not depend on the study's size)."""
@@ -196,6 +198,8 @@ class LiveView:
         rows = self.rows(budget)
         self.draws += 1
         self.rows_drawn += len(rows)
+        if self.notice:  # the driver's own trouble (an unreachable API server), not a step's
+            yield Text(self.notice, style="bold yellow")
         if len(rows) < len(self.results):
             yield Text(self.summary() + f" (showing {len(rows)}: running, then latest)")
         yield status_table(rows)
@@ -244,6 +248,18 @@ class Progress:
             # The end: every row, once, in full (rich draws past the terminal's height here).
             self._live.update(status_table(self.view.results.values()))
             self._live.stop()
+
+    def notice(self, text: str | None) -> None:
+        """Show ``text`` above the steps until it is taken back (None): "API server
+        unreachable since 12:03:04, retrying". Off a terminal, each is one line."""
+        if text == self.view.notice:
+            return
+        self.view.notice = text
+        if self._live:
+            self._ask_draw()
+            return
+        elapsed = self._clock() - self.start
+        print(f"[{elapsed:7.1f}s] {text or 'the API server answers again'}", flush=True)
 
     def update(self, result: StepResult) -> None:
         """Take a step's new result: ask for a draw, or print its line if its state changed."""

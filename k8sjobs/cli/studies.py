@@ -151,6 +151,13 @@ def add_study_commands(commands: Any, common: Common) -> None:
     logs.add_argument(
         "--tail", type=_count, default=None, metavar="N", help="only the last N lines"
     )
+    logs.add_argument(
+        "--index",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="a multi-node step's index N (default 0, the launcher: the program's output)",
+    )
     logs.set_defaults(func=_cmd_logs)
 
     rend = commands.add_parser(
@@ -239,8 +246,13 @@ def _session(args: argparse.Namespace, study: str) -> Session:
         log_dir=args.state_dir / "logs",
         keep_failed=getattr(args, "keep_failed", False),
         cache=not getattr(args, "no_cache", False),
-        options=_local_options(args) if args.backend == "local" else None,
+        options=_local_options(args) if args.backend == "local" else _kube_options(args),
     )
+
+
+def _kube_options(args: argparse.Namespace) -> dict[str, object]:
+    """Return the KubernetesBackend's options from the command line (its API bounds)."""
+    return {"connect_timeout": args.connect_timeout, "outage_timeout": args.outage_timeout}
 
 
 def _local_options(args: argparse.Namespace) -> dict[str, object]:
@@ -261,6 +273,9 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     names = [s.name for s in study.steps]
     display = Progress(names, console, live=console.is_terminal and not args.plain)
     async with _session(args, study.name) as session:
+        health = getattr(session.backends.get("kubernetes"), "health", None)
+        if health is not None:  # an unreachable API server is said above the steps
+            health.add_listener(lambda h: display.notice(h.notice()))
         run = StudyRun(
             study,
             session,
@@ -430,11 +445,15 @@ async def _print_log(handle: Any, args: argparse.Namespace) -> None:
             async for line in handle.stream_logs(container=args.container):
                 print(line, flush=True)
         else:
-            sys.stdout.write(await handle.logs(container=args.container, tail=args.tail))
+            text = await handle.logs(container=args.container, tail=args.tail, index=args.index)
+            sys.stdout.write(text)
         return
     sys.stdout.flush()
     out = sys.stdout.buffer
-    async for chunk in chunks(handle, container=args.container, tail=args.tail, follow=args.follow):
+    stream = chunks(
+        handle, container=args.container, tail=args.tail, follow=args.follow, index=args.index
+    )
+    async for chunk in stream:
         out.write(chunk)
         if args.follow:
             out.flush()

@@ -193,3 +193,25 @@ async def test_the_live_table_redraws_a_running_step_so_its_time_moves() -> None
         drawn = progress.view.draws
         await asyncio.sleep(0)  # a tick due now would have run here
         assert progress._tick is None and progress.view.draws == drawn
+
+
+def test_an_unreachable_api_server_is_said_above_the_steps(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The live view draws the notice above the table; off a terminal it is one line, and
+    one more when it is taken back."""
+    view = LiveView(["a", "b"])
+    view.notice = "API server unreachable since 12:03:04, retrying (connection refused)"
+    out = io.StringIO()
+    Console(file=out, width=100, height=20).print(view)
+    first = out.getvalue().splitlines()[0]
+    assert first == "API server unreachable since 12:03:04, retrying (connection refused)"
+    plain = Progress(["a"], Console(file=io.StringIO()), live=False, clock=lambda: 0.0)
+    plain.notice(view.notice)
+    plain.notice(view.notice)  # the same again: said once
+    plain.notice(None)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "[    0.0s] API server unreachable since 12:03:04, retrying (connection refused)",
+        "[    0.0s] the API server answers again",
+    ]

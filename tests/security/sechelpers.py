@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -92,7 +93,13 @@ async def run_cli(argv: Sequence[str], *, cwd: Path) -> tuple[int, str, str]:
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "NO_COLOR": "1"},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "COLUMNS": "200",
+            "NO_COLOR": "1",
+            # The code under test (a worktree's), not whatever the venv installed.
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+        },
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None

@@ -162,7 +162,7 @@ async def test_a_rejected_token_is_not_in_the_error_or_logs(
         assert "401 Unauthorized" in str(caught.value)
         argv = ["status", "--study", "sec", "--backend", "kubernetes", "--kubeconfig"]
         code, out, err = await run_cli([*argv, str(tmp_path / "kubeconfig")], cwd=tmp_path)
-    assert code == 2
+    assert code == 1
     for token in (right, wrong):
         _assert_absent(token, _error_text(caught.value), "the 401 error")
         _assert_absent(token, _logged(debug_logs), "a log line")
