@@ -31,7 +31,7 @@ from .render.multinode import SshKey
 from .render.sshkey import key_for
 from .reuse import Reuse
 from .state import StepResult, StepState
-from .steps.spec import Step, StepOutput
+from .steps.spec import Step, StepOutput, check_dns_label
 
 if TYPE_CHECKING:
     from .kube.watch import WatchStats
@@ -84,7 +84,9 @@ class Session:
         self.registry_secret = registry_secret
         self.handoff_image = handoff_image
         self.log_dir = Path(log_dir)
-        self._namespace = namespace
+        # Checked as a Step's is, before anything is written: it names directories too
+        # (the local backend's sandboxes), which "../x" would leave.
+        self._namespace = _check_namespace(namespace)
         self._default_kind = backend if isinstance(backend, str) else backend.kind
         self._options = dict(options or {})
         self._kube_args: dict[str, Any] = {
@@ -521,9 +523,14 @@ async def default_session() -> Session:
         kind = os.environ.get("K8SJOBS_BACKEND", "kubernetes")
         if kind not in ("kubernetes", "local"):
             raise ValueError(f'K8SJOBS_BACKEND="{kind}" is unknown; use "kubernetes" or "local"')
+        namespace = os.environ.get("K8SJOBS_NAMESPACE") or None
+        try:
+            check_dns_label(namespace, "namespace")
+        except ValueError as exc:
+            raise ValueError(f"K8SJOBS_NAMESPACE: {exc}") from None
         _default = Session(
             study=os.environ.get("K8SJOBS_STUDY", "default"),
-            namespace=os.environ.get("K8SJOBS_NAMESPACE"),
+            namespace=namespace,
             backend=kind,  # type: ignore[arg-type]
             store=os.environ.get("K8SJOBS_STORE"),
         )
@@ -535,3 +542,11 @@ async def submit_step(step: Step, *, session: Session | None = None, **options: 
     """Submit ``step`` on ``session`` (the default session if none) and return its handle."""
     chosen = session or await default_session()
     return await chosen.submit(step, **options)
+
+
+def _check_namespace(namespace: str | None) -> str | None:
+    """Return ``namespace`` if None or a DNS label; else raise ValueError saying the fix."""
+    try:
+        return check_dns_label(namespace, "namespace")
+    except ValueError as exc:
+        raise ValueError(f"Session: {exc}") from None

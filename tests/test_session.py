@@ -10,6 +10,7 @@ import pytest
 from k8sjobs import Session, Step, StepFailed, StepState, StudyError
 from k8sjobs.local import LocalBackend
 from k8sjobs.render.manifests import Target, placement
+from k8sjobs.session import default_session
 
 from .waiting import wait_until
 
@@ -140,3 +141,24 @@ async def test_a_step_is_placed_once_whatever_the_number_of_steps_in_flight(
         handles = await s.submit_many([Step(name=f"s{i}", script="true") for i in range(3)])
         await s.gather(*handles, timeout=60)
     assert sorted(placed) == ["s0", "s1", "s2"]
+
+
+@pytest.mark.parametrize("namespace", ["../../../x", "Bad_NS", "a/b", "", "x" * 64])
+def test_a_session_namespace_is_checked_as_a_step_s_before_anything_is_written(
+    namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The local backend's sandboxes are directories named after the namespace: "../x"
+    # would write outside the state directory.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r'Session: ".*" is not a valid namespace; use at most'):
+        Session(study="s", backend="local", namespace=namespace, log_dir=tmp_path / "logs")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_the_default_session_names_a_bad_k8sjobs_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("K8SJOBS_BACKEND", "local")
+    monkeypatch.setenv("K8SJOBS_NAMESPACE", "../../x")
+    with pytest.raises(ValueError, match=r'K8SJOBS_NAMESPACE: "../../x" is not a valid namespace'):
+        await default_session()

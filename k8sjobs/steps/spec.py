@@ -161,6 +161,12 @@ def check_dns_label(value: str | None, what: str) -> str | None:
     return value
 
 
+#: Why a NUL byte is refused in what becomes a process's argument or environment.
+_NUL_REFUSED = (
+    "contains a NUL byte (\\0), which no process can receive in its arguments or "
+    "environment (the container would fail with exit code 128 and no log); remove it"
+)
+
 Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
 ExitCodes = Annotated[list[int], AfterValidator(check_exit_codes)]
 # A count of nodes, tasks or cores: each ends up in an int32 field of the Job or pod.
@@ -562,6 +568,13 @@ class Step(_Model):
         parts = tuple(self.shell.split())
         return KNOWN_SHELLS.get(parts[0], parts[:1]) + parts[1:]
 
+    @field_validator("shell", "workdir", "image")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError(f"{value!r} {_NUL_REFUSED}")
+        return value
+
     @field_validator("name")
     @classmethod
     def _name_is_printable(cls, value: str) -> str:
@@ -572,6 +585,12 @@ class Step(_Model):
     @field_validator("script")
     @classmethod
     def _script_fits(cls, value: str) -> str:
+        if "\0" in value:
+            line = value[: value.index("\0")].count("\n") + 1
+            raise ValueError(
+                f"has a NUL byte on line {line}: shells and interpreters refuse such a file "
+                "(bash: cannot execute binary file); remove it, or ship binary data as an input"
+            )
         size = len(value.encode())
         if size > SCRIPT_LIMIT:
             raise ValueError(
@@ -604,9 +623,13 @@ class Step(_Model):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, EnvValue]) -> dict[str, EnvValue]:
-        for key in value:
+        for key, item in value.items():
             if not _ENV_NAME.match(key):
                 raise ValueError(f'"{key}" is not a valid environment variable name')
+            text = item.get_secret_value() if isinstance(item, SecretStr) else item
+            if isinstance(text, str) and "\0" in text:
+                # The value itself is never shown: it may be a secret.
+                raise ValueError(f'"{key}": its value {_NUL_REFUSED}')
             if key.startswith("K8SJOBS_") and key not in USER_SETTABLE_ENV:
                 raise ValueError(
                     f'"{key}": names starting with K8SJOBS_ are set by k8sjobs '

@@ -132,7 +132,7 @@ env_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True).filter(
 dns = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 label_values = st.from_regex(r"([A-Za-z0-9]([A-Za-z0-9._-]{0,10}[A-Za-z0-9])?)?", fullmatch=True)
 env_values = st.one_of(
-    st.text(max_size=20),
+    st.text(st.characters(blacklist_characters="\0"), max_size=20),  # NUL: refused by Step
     st.builds(
         lambda t: SecretStr(SECRET_MARK + t), st.from_regex(r"[a-z0-9]{4,8}", fullmatch=True)
     ),

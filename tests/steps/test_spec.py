@@ -553,3 +553,32 @@ def test_from_script_file_names_the_file_and_line_of_a_non_utf8_byte(tmp_path: A
     path.write_bytes(b"echo one\necho \xe9\n")
     with pytest.raises(ValueError, match=r"prep.sh:2: not UTF-8 text \(byte 0xe9 at column 6\)"):
         Step.from_script_file(path)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"GREETING": "a\0b"}, {"TOKEN": SecretStr("s3cret\0x")}],
+    ids=["plain", "secret"],
+)
+def test_an_env_value_with_a_nul_byte_is_refused_naming_the_variable(env: Any) -> None:
+    # A NUL cannot reach a process's environment: the step would fail with exit code 128.
+    with pytest.raises(ValidationError) as raised:
+        Step(name="a", script="true", env=env)
+    (key,) = env
+    message = str(raised.value)
+    assert f'"{key}": its value contains a NUL byte' in message
+    assert "s3cret" not in message  # a secret's value is never shown
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("shell", "/bin/bash\0-x"), ("workdir", "/work\0"), ("image", "busybox\0")],
+)
+def test_an_argument_with_a_nul_byte_is_refused_naming_the_field(field: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=f"(?s){field}.*contains a NUL byte"):
+        Step(name="a", script="true", **{field: value})
+
+
+def test_a_script_with_a_nul_byte_is_refused_naming_its_line() -> None:
+    with pytest.raises(ValidationError, match=r"(?s)script.*NUL byte on line 2"):
+        Step(name="a", script="echo hi\nprintf 'a\0b'\n")
