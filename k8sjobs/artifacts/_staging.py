@@ -47,13 +47,14 @@ class Held:
             os.close(fd)
 
 
-def _flock(fd: int, path: str, flags: int) -> int:
+def flock(fd: int, path: str, flags: int) -> int:
     """Lock ``fd`` (a staging directory or partial file at ``path``) with flock(2); return the
     descriptor that holds the lock, ``fd`` or one that replaced it (``fd`` is then closed).
 
     NFS emulates flock with byte-range locks, which a descriptor opened read-only cannot
-    take (EBADF): there a directory is locked through a lock file inside it, and a file
-    through a read-write descriptor. Raises as flock does (BlockingIOError when held).
+    take (EBADF): there a directory is locked through a lock file inside it (LOCK_FILE),
+    and a file through a read-write descriptor. Raises as flock does (BlockingIOError when
+    held).
     """
     try:
         fcntl.flock(fd, flags)
@@ -86,7 +87,7 @@ def _locked(parent: Path, make: Callable[[], tuple[Path, int]]) -> Held:
             continue
         inode = os.fstat(fd).st_ino
         try:
-            fd = _flock(fd, str(path), fcntl.LOCK_EX)  # waits out a sweep that holds it
+            fd = flock(fd, str(path), fcntl.LOCK_EX)  # waits out a sweep that holds it
         except FileNotFoundError:  # removed before its lock file could be made (NFS)
             os.close(fd)
             continue
@@ -128,7 +129,7 @@ def _remove_if_dead(entry: os.DirEntry[str], is_dir: bool) -> None:
     except OSError:
         return
     try:
-        held = _flock(fd, entry.path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held = flock(fd, entry.path, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # BlockingIOError: a living pull holds it; else it cannot be told
         os.close(fd)
         return

@@ -377,17 +377,14 @@ def _install_lock(parent: Path) -> Iterator[None]:
     """Hold the install lock of ``parent``: flock(2) on the directory itself, so no file of
     ours is left in the user's directory. Every pull moving results into ``parent`` takes it,
     threads of one process (each opens its own descriptor) and other processes alike, so the
-    two renames of a replacement are never interleaved with another pull's (blocking)."""
+    two renames of a replacement are never interleaved with another pull's (blocking).
+
+    Where a directory cannot be locked (NFS: EBADF) the lock is a ``.k8sjobs-lock`` file in
+    ``parent``, made once and left there: a hidden file is the price of pulls that do not
+    collide."""
     fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:
-            # NFS emulates flock with byte-range locks, which a directory opened read-only
-            # cannot take (EBADF), and some filesystems have none (ENOLCK): moving in
-            # unlocked is what every pull did before; refusing would make it fail.
-            if exc.errno not in (errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
-                raise
+        fd = _staging.flock(fd, str(parent), fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # drops the lock

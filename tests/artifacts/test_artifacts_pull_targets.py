@@ -294,9 +294,9 @@ def _nfs_locks() -> Iterator[None]:
 
 def test_pulls_onto_nfs_lock_through_files_and_still_sweep_leftovers(tmp_path: Path) -> None:
     """On NFS every directory pull failed (EBADF locking its staging directory, on main
-    before this work too): staging directories are locked through a lock file inside them,
-    and leftovers are still told from living pulls. (The install lock is skipped there, so
-    concurrent pulls into one NFS target are not serialized: see docs/artifacts.md.)"""
+    before this work too). Staging directories and the target are locked through lock
+    files there; leftovers are still told from living pulls, and concurrent pulls into one
+    target still succeed."""
     layout, tree, single = _artifact(tmp_path)
     target = tmp_path / "target"
     target.mkdir()
@@ -304,12 +304,27 @@ def test_pulls_onto_nfs_lock_through_files_and_still_sweep_leftovers(tmp_path: P
     dead.mkdir()
     (dead / ".k8sjobs-lock").write_text("")
     (target / ".k8sjobs-part-f.bin.dead").write_text("partial")
+    errors: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            for _ in range(4):
+                asyncio.run(layout.pull("t/x:v1", target))
+        except BaseException as exc:
+            errors.append(exc)
+
     with _nfs_locks():
-        for _ in range(3):
-            asyncio.run(layout.pull("t/x:v1", target))
-            assert _leftovers(target) == []
+        asyncio.run(layout.pull("t/x:v1", target))
+        assert _leftovers(target) == [".k8sjobs-lock"]  # the target's lock, left on NFS
+        threads = [threading.Thread(target=pull) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
     assert same_tree(tree, target / "tree")
     assert (target / "f.bin").read_bytes() == single.read_bytes()
+    assert _leftovers(target) == [".k8sjobs-lock"]
 
 
 def test_a_living_pulls_staging_directory_on_nfs_is_left_alone(tmp_path: Path) -> None:
