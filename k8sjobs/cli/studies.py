@@ -20,10 +20,12 @@ import yaml
 from rich.console import Console
 
 from ..errors import StudyError
+from ..handle import StepHandle
 from ..render.manifests import Target, render
 from ..render.sshkey import key_for
 from ..runrecord import read_run, retime
 from ..session import Session
+from ..state import StepResult, StepState
 from ..steps.spec import Step
 from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
 from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
@@ -291,6 +293,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
         finally:
             path = run.save(args.state_dir / "runs")
             display.summary([r.seen() for r in run.records.values()], study.name, path)
+            print(_origin_line([r.origin for r in run.records.values()]), flush=True)
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -309,12 +312,14 @@ async def _cmd_status(args: argparse.Namespace) -> int:
     study = _select(args, "status")
     session, handles = await _attach(args, study)
     try:
+        run = read_run(args.state_dir / "runs", study)
+        handles = [*handles, *_reused(session, study, handles, run)]
         if args.steps:
             handles = [h for h in handles if h.name in args.steps]
         if not handles:
             print(f'study "{study}": no steps found', file=sys.stderr)
             return 1
-        _print_status(args.output, study, handles, read_run(args.state_dir / "runs", study))
+        _print_status(args.output, study, handles, run)
         if args.watch:
             handles = await _watch(session, args, study, handles)
         return 0 if all(h.result.ok for h in handles) else 1
@@ -322,21 +327,73 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         await session.aclose()
 
 
+def _reused(
+    session: Session, study: str, found: Sequence[Any], run: dict[str, Any] | None
+) -> list[StepHandle]:
+    """Return handles for the steps the last run reused that no backend object stands for
+    (a result recorded by another study or an older run): ``status`` shows what ``run`` did."""
+    if run is None:
+        return []
+    known = {h.name for h in found}
+    backend = next(iter(session.backends.values()))
+    handles = []
+    for step in run.get("steps") or []:
+        if step.get("origin") != "reused" or step.get("name") in known:
+            continue
+        handle = StepHandle(
+            name=step["name"], study=study, object_name="", namespace="", backend=backend
+        )
+        handle.report(
+            StepResult(
+                name=step["name"],
+                state=StepState.SUCCEEDED,
+                reason=str(step.get("reason") or "Cached"),
+                message=str(step.get("message") or ""),
+                exit_code=step.get("exit_code"),
+                outputs=dict(step.get("outputs") or {}),
+            )
+        )
+        handles.append(handle)
+    return handles
+
+
+def _origins(run: dict[str, Any] | None) -> dict[str, str]:
+    """Return each step's origin in the last run (ran, reused, adopted, not run)."""
+    if run is None:
+        return {}
+    return {str(s["name"]): str(s["origin"]) for s in run.get("steps") or [] if "origin" in s}
+
+
 def _print_status(
     output: str, study: str, handles: Sequence[Any], run: dict[str, Any] | None = None
 ) -> None:
     # The run record's driver times where the backend's are whole seconds (Kubernetes).
     results = [retime(h.result, run) for h in handles]
+    origins = _origins(run)
     if output in ("json", "yaml"):
         steps = [
-            {**step_record(r), "events": _events(h)} for r, h in zip(results, handles, strict=True)
+            {
+                **step_record(r),
+                **({"origin": origins[r.name]} if r.name in origins else {}),
+                "events": _events(h),
+            }
+            for r, h in zip(results, handles, strict=True)
         ]
         _print_document(output, {"study": study, "steps": steps})
         return
     _console().print(status_table(results, wide=output == "wide"))
+    shown = [origins[h.name] for h in handles if h.name in origins]
+    if "reused" in shown or "adopted" in shown:  # where the backend's view is not the run's
+        print("last run: " + _origin_line(shown))
     for handle in handles:  # each failed, evicted or deleted pod, and what it cost
         for event in handle.events:
             print(f"  {handle.name}: {event.describe()}")
+
+
+def _origin_line(origins: Sequence[str]) -> str:
+    """Return how the steps came about: "3 ran, 17 reused, 0 adopted" (those that occur)."""
+    counts = {o: origins.count(o) for o in ("ran", "reused", "adopted", "not run")}
+    return ", ".join(f"{n} {o}" for o, n in counts.items() if n)
 
 
 def _console() -> Console:

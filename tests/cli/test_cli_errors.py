@@ -86,6 +86,7 @@ SWEEP: dict[str, list[list[str]]] = {
     ],
     "artifact tags": [[], ["s/a", "--store", "oci:"]],
     "artifact rm": [[], ["::"]],
+    "lineage": [[], ["::"], ["s/a:v1", "--format", "xml"], ["s/a:v1", "--store", "oci:"]],
     "rbac": [[], ["-n", "Bad_Namespace"], ["-n", "hpc", "--service-account", "Bad_Name"]],
     "image build": [
         [],
