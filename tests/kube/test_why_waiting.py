@@ -12,6 +12,7 @@ from asyncio.subprocess import PIPE
 from pathlib import Path
 
 from k8sjobs.state import StepState
+from k8sjobs.steps.spec import Step
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing._events import record_event
 
@@ -127,3 +128,72 @@ async def test_one_events_watch_per_namespace_and_no_reads_per_step(
             assert (await handle.wait(30)).ok
         assert cluster.request_count("list", "events") == 0
         assert cluster.request_count("get", "events") == 0
+
+
+# --- the five causes measured on a real cluster, as the fake's admission and scheduler give them
+
+
+def _add(cluster: FakeCluster, resource: str, obj: dict[str, object]) -> None:
+    cluster.store.create(resource, "default", obj)
+
+
+async def _refused(cluster: FakeCluster, tmp_path: Path, made: Step) -> tuple[str, str]:
+    """Return (reason, message) the step was PENDING with, once it has ended FAILED."""
+    async with session(cluster, tmp_path, pending_grace=1.0) as s:
+        handle = await s.submit(made)
+        await wait_until(lambda: handle.result.reason == "FailedCreate", "the refusal is shown")
+        pending = (handle.result.reason, handle.result.message)
+        assert handle.state is StepState.PENDING
+        result = await handle.wait(60)
+    assert (result.state, result.reason) == (StepState.FAILED, "FailedCreate")
+    assert result.message == f"{pending[1]} (still refused after 1s)"
+    return pending
+
+
+async def test_a_missing_priority_class_fails_the_step(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    _reason, message = await _refused(cluster, tmp_path, step("p", priority_class="no-such"))
+    assert message.startswith("Error creating: pods ")
+    assert "no PriorityClass with name no-such was found" in message
+
+
+async def test_a_missing_runtime_class_fails_the_step(cluster: FakeCluster, tmp_path: Path) -> None:
+    _reason, message = await _refused(cluster, tmp_path, step("r", runtime_class="no-such-rt"))
+    assert 'pod rejected: RuntimeClass "no-such-rt" not found' in message
+
+
+async def test_a_limit_range_maximum_fails_the_step(cluster: FakeCluster, tmp_path: Path) -> None:
+    limits = {"limits": [{"type": "Container", "max": {"cpu": "100m"}}]}
+    _add(cluster, "limitranges", {"metadata": {"name": "small"}, "spec": limits})
+    _reason, message = await _refused(cluster, tmp_path, step("l", resources={"cpu": "1"}))
+    assert "maximum cpu usage per Container is 100m" in message
+
+
+async def test_a_used_up_quota_waits_with_the_reason(cluster: FakeCluster, tmp_path: Path) -> None:
+    _add(
+        cluster, "resourcequotas", {"metadata": {"name": "nopods"}, "spec": {"hard": {"pods": "0"}}}
+    )
+    async with session(cluster, tmp_path, pending_grace=0.5) as s:
+        waits = await s.submit(step("q"))
+        bounded = await s.submit(step("qb", pending_timeout=2))
+        result = await bounded.wait(60)
+        assert (result.state, result.reason) == (StepState.FAILED, "PendingTimeout")
+        assert "FailedCreate: Error creating: pods " in result.message
+        assert "exceeded quota: nopods" in result.message
+        assert waits.state is StepState.PENDING and waits.result.reason == "FailedCreate"
+        assert "exceeded quota: nopods" in waits.result.message
+
+
+async def test_a_step_too_big_for_any_node_waits_then_says_it_never_ran(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    async with session(cluster, tmp_path) as s:
+        big = await s.submit(step("big", resources={"cpu": "100000"}, walltime=2))
+        await wait_until(lambda: big.result.reason == "Unschedulable", "the scheduler's reason")
+        assert "0/1 nodes are available: 1 Insufficient cpu" in big.result.message
+        assert big.state is StepState.PENDING
+        result = await big.wait(60)
+    assert (result.state, result.reason) == (StepState.FAILED, "DeadlineExceeded")
+    assert result.message.startswith("the walltime (2 s) ran out before the step ever ran")
+    assert "it waited: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu" in result.message
