@@ -3,7 +3,8 @@
 kubectl sends `Accept: application/json;as=Table;v=v1;g=meta.k8s.io,...` and prints the
 columns the server returns, so the columns and cell values here follow the API server's
 printers: Jobs (Status, Completions, Duration), Pods (Ready, Status, Restarts), ConfigMaps
-(Data), Namespaces (Status), custom kinds (their CRD's additionalPrinterColumns, Age by
+(Data), Namespaces (Status), Events (Last Seen, Type, Reason, Object, Message), custom
+kinds (their CRD's additionalPrinterColumns, Age by
 default), and Name/Created At for every other kind, as the default table convertor does.
 Columns of priority 1 are what `-o wide` adds.
 """
@@ -278,6 +279,48 @@ def _namespace_cells(ns: Obj, now: _dt.datetime) -> list[Any]:
     return [ns["metadata"]["name"], ns.get("status", {}).get("phase", ""), _age(ns, now)]
 
 
+def _since(value: str | None, now: _dt.datetime) -> str:
+    """Return how long ago a timestamp (seconds or microseconds) was, as kubectl shows it."""
+    stamp = _parse_time(value.split(".")[0] + "Z" if value and "." in value else value)
+    return "<unknown>" if stamp is None else human_duration((now - stamp).total_seconds())
+
+
+def _event_cells(event: Obj, now: _dt.datetime) -> list[Any]:
+    """Return the event printer's cells (for core/v1 and events.k8s.io/v1 Events alike)."""
+
+    def field(core: str, v1: str) -> Any:
+        return event.get(core, event.get(v1))
+
+    first_stamp = field("firstTimestamp", "deprecatedFirstTimestamp") or event.get("eventTime")
+    first = _since(first_stamp, now)
+    last_stamp = field("lastTimestamp", "deprecatedLastTimestamp")
+    last = _since(last_stamp, now) if last_stamp else first
+    count = field("count", "deprecatedCount") or 1
+    series = event.get("series")
+    if series:
+        last, count = _since(series.get("lastObservedTime"), now), series.get("count", count)
+    involved = field("involvedObject", "regarding") or {}
+    kind = str(involved.get("kind", "")).lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = field("source", "deprecatedSource") or {}
+    component = source.get("component") or field("reportingComponent", "reportingController")
+    instance = source.get("host") or event.get("reportingInstance")
+    origin = f"{component or ''}, {instance}" if instance else component or ""
+    message = str(field("message", "note") or "").strip()
+    return [
+        last,
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        origin,
+        message,
+        first,
+        int(count),
+        event["metadata"]["name"],
+    ]
+
+
 def _default_cells(obj: Obj, now: _dt.datetime) -> list[Any]:
     return [obj["metadata"]["name"], obj["metadata"].get("creationTimestamp")]
 
@@ -322,6 +365,21 @@ _PRINTERS: dict[str, tuple[list[Column], Cells]] = {
     "namespaces": (
         [_column("Name", _NAME), _column("Status", "the namespace's phase"), _column("Age", _AGE)],
         _namespace_cells,
+    ),
+    "events": (
+        [
+            _column("Last Seen", "the time the event was last seen"),
+            _column("Type", "the event's type (Normal, Warning)"),
+            _column("Reason", "why the action was taken"),
+            _column("Object", "the object the event is about"),
+            _column("Subobject", "the part of the object (fieldPath)", priority=1),
+            _column("Source", "the component that reported it", priority=1),
+            _column("Message", "a human-readable description"),
+            _column("First Seen", "the time the event was first seen", priority=1),
+            _column("Count", "how many times it occurred", priority=1),
+            _column("Name", _NAME, priority=1),
+        ],
+        _event_cells,
     ),
 }
 _DEFAULT: tuple[list[Column], Cells] = (

@@ -190,3 +190,43 @@ async def test_kubectl_get_watch_prints_rows_as_pods_change(kubectl: Kubectl) ->
         reader.cancel()
     assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert sum(1 for line in lines if line.startswith("NAME")) == 1
+
+
+async def test_kubectl_shows_why_a_job_has_no_pods(kubectl: Kubectl) -> None:
+    """`kubectl get events`, `kubectl events` and `describe` show a FailedCreate (issue 24)."""
+    cluster = kubectl.cluster
+    cluster.controller.config.api_backoff_base = 0.05
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "nopods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "quota"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "m", "image": "busybox"}],
+                }
+            }
+        },
+    }
+    await kubectl("create", "-f", kubectl.manifest("objects.yaml", quota, job))
+    await wait_until(
+        lambda: any(e["reason"] == "FailedCreate" for e in cluster.objects("events")),
+        "a FailedCreate event",
+    )
+    events = await kubectl("get", "events")
+    assert events.splitlines()[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert "Warning" in events and "FailedCreate" in events and "job/quota" in events
+    assert "exceeded quota: nopods, requested: pods=1, used: pods=0, limited: pods=0" in events
+    wide = await kubectl("get", "events", "-o", "wide", "--field-selector", "type=Warning")
+    assert "job-controller" in wide
+    newer = await kubectl("events", "--for", "job/quota")
+    assert "FailedCreate" in newer
+    described = await kubectl("describe", "job", "quota")
+    assert "FailedCreate" in described and "exceeded quota" in described
