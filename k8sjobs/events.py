@@ -32,6 +32,7 @@ _ACTION_TEXT = {
     "Count": "counted against retries",
     "FailJob": "the step fails",
     "FailIndex": "its index fails",
+    "RetryOOM": "run again with more memory (retry_oom)",
 }
 
 Obj = Mapping[str, Any]

@@ -81,6 +81,10 @@ class StepHandle:
         self._listeners: list[Callable[[StepHandle], None]] = []
         self._events = EventLog()
         self._abandoned: BaseException | None = None
+        # The session's say when the step ends (retry_oom): a non-terminal answer means it
+        # sends the step again, and the ended attempt's news is stale until the next's comes.
+        self.on_end: Callable[[StepResult], StepResult] | None = None
+        self._between_attempts = False
 
     @property
     def result(self) -> StepResult:
@@ -176,6 +180,16 @@ class StepHandle:
         if self._done is not None:
             self._done.set()
 
+    def resend_failed(self, result: StepResult) -> bool:
+        """Report ``result`` as the end of a step whose next attempt could not be sent.
+
+        Between attempts a terminal report is taken for the old attempt's and dropped: this
+        is the one that is not (the session's, when sending the grown attempt failed).
+        """
+        self._between_attempts = False
+        self.on_end = None
+        return self.report(result)
+
     def report(self, result: StepResult) -> bool:
         """Take a newer snapshot of the step; return whether anything changed.
 
@@ -188,8 +202,15 @@ class StepHandle:
         current = self._result
         if self.done or result == current:
             return False
-        if not result.state.terminal and _ORDER[result.state] < _ORDER.get(current.state, 0):
+        if self._between_attempts:
+            if result.state.terminal:
+                return False  # the ended attempt's, judged again (or cancelled by the resend)
+            self._between_attempts = False  # the next attempt's first news
+        elif not result.state.terminal and _ORDER[result.state] < _ORDER.get(current.state, 0):
             return False
+        if result.state.terminal and self.on_end is not None:
+            result = self.on_end(result)
+            self._between_attempts = not result.state.terminal
         changed_state = result.state is not current.state
         self._result = result
         if result.state.terminal and self._done is not None:

@@ -26,6 +26,7 @@ from . import _gcpace
 from .backend import Backend
 from .errors import ClusterUnreachable, SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
+from .oomretry import GrowingMemory
 from .render.manifests import HANDOFF_IMAGE, Manifests, Target, placement, render
 from .render.multinode import SshKey
 from .render.sshkey import key_for
@@ -101,6 +102,8 @@ class Session:
         self._handles: dict[str, StepHandle] = {}
         # One key pair per multi-node step, kept so a re-render sends the same Secret.
         self._ssh_keys: dict[str, SshKey] = {}
+        # What each retry_oom step was last sent with (pinned inputs, cache key).
+        self._sent_with: dict[str, tuple[dict[str, str], str | None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: set[str] = set()
         self._started = False
@@ -376,6 +379,9 @@ class Session:
             step=step,
         )
         self._handles[step.name] = handle
+        memory = step.resources.memory_bytes
+        if step.retry_oom is not None and memory is not None:
+            handle.on_end = GrowingMemory(handle, step.retry_oom, memory, self._resend_with).on_end
         return handle, self._upstream(step, after)
 
     def _pinned(self, step: Step) -> dict[str, str]:
@@ -408,14 +414,37 @@ class Session:
         # cache does not cover by default (no outputs) keeps adopting its identical Job.
         rerun = how.rerun or not self._reuse.reuses(step)
         manifests = self._render(handle, pinned, key)
+        if handle.on_end is not None:  # retry_oom: a grown attempt is rendered alike
+            self._sent_with[handle.name] = pinned, key
         await backend.submit(handle, manifests, replace=how.replace, rerun=rerun)
         if key is not None and cache is not None:
             self._reuse.record_when_done(cache, handle, key)
 
+    async def _resend_with(self, handle: StepHandle, memory: int) -> None:
+        """Send ``handle``'s step again asking for ``memory`` bytes (an OOM retry)."""
+        try:
+            pinned, key = self._sent_with[handle.name]
+            manifests = self._render(handle, pinned, key, memory=memory)
+            # rerun: the ended attempt's Job (or local run) has the same spec hash.
+            await self._backend_of(handle).submit(handle, manifests, replace=True, rerun=True)
+        except ClusterUnreachable as exc:
+            handle.abandon(exc)
+        except Exception as exc:
+            why = f"sending the attempt with more memory failed: {exc}"
+            failed = handle.result.evolve(
+                state=StepState.FAILED, reason="SubmitFailed", message=why
+            )
+            handle.resend_failed(failed)
+
     def _render(
-        self, handle: StepHandle, pinned: dict[str, str], key: str | None = None
+        self,
+        handle: StepHandle,
+        pinned: dict[str, str],
+        key: str | None = None,
+        memory: int | None = None,
     ) -> Manifests:
-        """Render ``handle``'s step with ``pinned`` inputs (producers' outputs by digest)."""
+        """Render ``handle``'s step with ``pinned`` inputs (producers' outputs by digest);
+        ``memory`` is an OOM retry's (``retry_oom``)."""
         step = handle.step
         assert step is not None
         ssh_key = self._ssh_keys.get(handle.name)
@@ -423,7 +452,9 @@ class Session:
             self._ssh_keys[handle.name] = ssh_key
         target = self._target(self._backend_of(handle))
         placed = handle.object_name, handle.namespace
-        return render(step, target, inputs=pinned, ssh_key=ssh_key, placed=placed, key=key)
+        return render(
+            step, target, inputs=pinned, ssh_key=ssh_key, placed=placed, key=key, memory=memory
+        )
 
     def _backend_of(self, handle: StepHandle) -> Backend:
         """Return the backend of ``handle`` (the handle itself sees only its StepControl)."""

@@ -54,6 +54,8 @@ class StepResult:
     ``message`` is the sentence to show a person. ``outputs`` maps each output name to its
     artifact reference (pinned by digest once the push reported it). ``usage`` is what the
     main container used (``k8sjobs.usage.Usage``), known once it has ended, else None.
+    ``memory_attempts`` is the memory (bytes) each attempt of a ``retry_oom`` step asked
+    for, oldest first (empty for any other step).
     """
 
     name: str
@@ -67,6 +69,7 @@ class StepResult:
     outputs: Mapping[str, str] = field(default_factory=dict)
     log_file: str | None = None
     usage: Usage | None = None
+    memory_attempts: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:

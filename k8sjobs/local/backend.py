@@ -177,7 +177,10 @@ class LocalBackend:
                 "--replace (replace=True) to stop it and run the new spec"
             )
         succeeded = record is not None and record["result"]["state"] == "SUCCEEDED"
-        if same and (running or (succeeded and not rerun)):
+        # The same handle sent again (an OOM retry, retry_oom): its ended run is not adopted,
+        # though the handle, waiting between attempts, reads PENDING.
+        resent = current is not None and current.handle is handle and rerun
+        if same and not resent and (running or (succeeded and not rerun)):
             assert record is not None
             handle.adopted = True
             if current is not None:
@@ -186,7 +189,10 @@ class LocalBackend:
             if not orphans:
                 handle.report(_result_from_json(record["result"]))
                 return
-        if current is not None and not current.handle.done:
+        if resent:
+            assert current is not None
+            await current.settle()  # its end is written: the next attempt's record follows
+        elif current is not None and not current.handle.done:
             await current.cancel()
         ignored = ignored_scheduling(manifests.job["spec"]["template"]["spec"])
         if ignored:  # one machine: there is no other node, class or zone to choose

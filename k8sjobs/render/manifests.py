@@ -80,6 +80,8 @@ ANNOTATION_SCRIPT = "k8sjobs.io/script-digest"
 ANNOTATION_IMAGE = "k8sjobs.io/image"
 ANNOTATION_INPUTS = "k8sjobs.io/inputs"
 ANNOTATION_VERSION = "k8sjobs.io/version"
+#: The memory (bytes) an OOM retry's Job asks for, where it differs from the step's own.
+ANNOTATION_MEMORY_ATTEMPT = "k8sjobs.io/memory-attempt"
 
 MAIN_CONTAINER = "step"
 PULL_CONTAINER = "k8sjobs-pull"
@@ -227,6 +229,7 @@ def render(
     ssh_key: SshKey | None = None,
     placed: tuple[str, str] | None = None,
     key: str | None = None,
+    memory: int | None = None,
 ) -> Manifests:
     """Return the manifests that run ``step`` for ``target``.
 
@@ -238,6 +241,9 @@ def render(
     names each handle with it): with more steps in flight than ``job_name``'s cache holds,
     working it out again cost every step a second miss. ``key`` is the step's cache key
     (``k8sjobs.steps.key``), when the caller made it: its outputs carry it as lineage.
+    ``memory`` is an OOM retry's
+    (``retry_oom``): the pods ask for that many bytes, while the spec hash stays the step's
+    as written, so a re-run of the study adopts the grown attempt's success.
     """
     name, namespace = placed or placement(step, target)
     _check_ssh_key(step, ssh_key)
@@ -277,6 +283,12 @@ def render(
     if step.security == "restricted" and step.target == "job":
         _check_restricted(step, job["spec"]["template"])
     spec_hash = _spec_hash(configmap, job, secret, service)
+    if memory is not None:
+        grown = step.model_copy(
+            update={"resources": step.resources.model_copy(update={"memory": memory})}
+        )
+        job = _job(grown, target, meta, bool(refs), bool(outputs))
+        job["metadata"]["annotations"][ANNOTATION_MEMORY_ATTEMPT] = str(memory)
     for obj in (configmap, job, secret, service):
         if obj is not None:
             obj["metadata"]["labels"][LABEL_HASH] = spec_hash

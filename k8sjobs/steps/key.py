@@ -88,6 +88,7 @@ EXCLUDED_FIELDS = frozenset(
         "labels",
         "annotations",
         "retries",
+        "retry_oom",  # how a step is retried, like retries: not what a success produces
         "disruptions",
         "retry_on_exit_codes",
         "fail_on_exit_codes",

@@ -358,6 +358,36 @@ class Resources(_Model):
         return None if self.memory is None else parse_quantity(self.memory)
 
 
+class RetryOOM(_Model):
+    """Run an OOMKilled step again with more memory: ``factor`` times the last attempt's,
+    up to ``max`` (a quantity or bytes). The attempt that ran at ``max`` is the last.
+
+    Written ``retry_oom: {factor: 2, max: "64Gi"}``; the step must ask for ``memory``.
+    """
+
+    factor: float = Field(2.0, gt=1.0, le=1024.0, description="Each attempt's memory multiplier.")
+    max: str | int = Field(description="The most memory an attempt may ask for.")
+
+    @field_validator("max")
+    @classmethod
+    def _max_is_quantity(cls, value: str | int) -> str | int:
+        if parse_quantity(value) <= 0:
+            raise ValueError(f'"{value}" must be more than zero bytes')
+        return value
+
+    @property
+    def max_bytes(self) -> int:
+        """Return ``max`` in bytes."""
+        return int(parse_quantity(self.max))
+
+    def next_memory(self, current: int) -> int | None:
+        """Return the next attempt's memory after one that ran out with ``current`` bytes,
+        or None when ``current`` was already the most allowed."""
+        if current >= self.max_bytes:
+            return None
+        return min(int(current * self.factor), self.max_bytes)
+
+
 class SecretKeyRef(_Model):
     """An environment value read from an existing Secret in the step's namespace."""
 
@@ -510,6 +540,8 @@ class Step(_Model):
     retry_on_exit_codes: ExitCodes = []
     fail_on_exit_codes: ExitCodes = []
     push_outputs: Literal["on_success", "always"] = "on_success"
+    # OOMKilled: run again with more memory (the session's, on both backends; docs/usage.md).
+    retry_oom: RetryOOM | None = None
     walltime: Duration = None
     # Fail a step not started this long after it was sent (k8sjobs.status, docs/states.md).
     pending_timeout: Duration = None
@@ -841,6 +873,25 @@ class Step(_Model):
         if self.target == "minicluster":
             for loc, message in minicluster_problems(self):
                 raise _field_error("Step", (loc,), message, getattr(self, loc))
+        return self
+
+    @model_validator(mode="after")
+    def _retry_oom_has_memory_to_grow(self) -> Step:
+        grow, memory = self.retry_oom, self.resources.memory_bytes
+        if grow is None:
+            return self
+        if self.target == "minicluster":
+            message = "retry_oom is for target: job steps (a MiniCluster's pods are the operator's)"
+            raise _field_error("Step", ("retry_oom",), message, grow.model_dump())
+        if memory is None:
+            message = 'retry_oom needs resources.memory to grow from; set it (e.g. "4Gi")'
+            raise _field_error("Step", ("retry_oom",), message, grow.model_dump())
+        if grow.max_bytes < memory:
+            message = (
+                f"retry_oom.max {grow.max} is below resources.memory {self.resources.memory}; "
+                "raise max or lower memory"
+            )
+            raise _field_error("Step", ("retry_oom", "max"), message, grow.max)
         return self
 
     @model_validator(mode="after")

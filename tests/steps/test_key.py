@@ -57,6 +57,7 @@ SAME: dict[str, dict[str, Any]] = {
     "labels": {"labels": {"team": "a"}},
     "annotations": {"annotations": {"note": "x"}},
     "retries": {"retries": 3},
+    "retry_oom": {"resources": {"memory": "1Gi"}, "retry_oom": {"max": "4Gi"}},
     "disruptions": {"disruptions": "count"},
     "retry_on_exit_codes": {"retries": 1, "retry_on_exit_codes": [3]},
     "fail_on_exit_codes": {"fail_on_exit_codes": [4]},
