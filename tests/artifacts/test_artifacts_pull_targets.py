@@ -39,6 +39,30 @@ def _artifact(tmp_path: Path) -> tuple[OCILayout, Path, Path]:
     return layout, tree, single
 
 
+def _pull_in_threads(
+    layout: OCILayout, target: Path, threads: int, pulls: int
+) -> list[BaseException]:
+    """Pull ``t/x:v1`` into ``target`` ``pulls`` times from each of ``threads`` threads,
+    all released at once; return every error raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def pull() -> None:
+        start.wait()
+        try:
+            for _ in range(pulls):
+                asyncio.run(layout.pull("t/x:v1", target))
+        except BaseException as exc:
+            errors.append(exc)
+
+    running = [threading.Thread(target=pull) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return errors
+
+
 def _leftovers(target: Path) -> list[str]:
     return sorted(n for n in os.listdir(target) if n.startswith(".k8sjobs"))
 
@@ -48,23 +72,7 @@ def test_concurrent_pulls_into_one_target_from_threads_all_succeed(tmp_path: Pat
     moved, removed or re-created it ("Directory not empty", "No such file"; failed on main)."""
     layout, tree, single = _artifact(tmp_path)
     target = tmp_path / "target"
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
-
-    def pull() -> None:
-        start.wait()
-        try:
-            for _ in range(6):
-                asyncio.run(layout.pull("t/x:v1", target))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=pull) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert _pull_in_threads(layout, target, threads=8, pulls=6) == []
     assert same_tree(tree, target / "tree")
     assert (target / "f.bin").read_bytes() == single.read_bytes()
     assert _leftovers(target) == []
@@ -304,24 +312,10 @@ def test_pulls_onto_nfs_lock_through_files_and_still_sweep_leftovers(tmp_path: P
     dead.mkdir()
     (dead / ".k8sjobs-lock").write_text("")
     (target / ".k8sjobs-part-f.bin.dead").write_text("partial")
-    errors: list[BaseException] = []
-
-    def pull() -> None:
-        try:
-            for _ in range(4):
-                asyncio.run(layout.pull("t/x:v1", target))
-        except BaseException as exc:
-            errors.append(exc)
-
     with _nfs_locks():
         asyncio.run(layout.pull("t/x:v1", target))
         assert _leftovers(target) == [".k8sjobs-lock"]  # the target's lock, left on NFS
-        threads = [threading.Thread(target=pull) for _ in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    assert errors == []
+        assert _pull_in_threads(layout, target, threads=6, pulls=4) == []
     assert same_tree(tree, target / "tree")
     assert (target / "f.bin").read_bytes() == single.read_bytes()
     assert _leftovers(target) == [".k8sjobs-lock"]
