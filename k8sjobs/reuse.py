@@ -118,11 +118,13 @@ class Reuse:
             _log.info("step %s: no key (%s): not cached", step.name, exc)
             return None, pins
 
-    async def reuse(self, cache: StepCache, handle: StepHandle, key: str) -> bool:
+    async def reuse(self, cache: StepCache, handle: StepHandle, key: str) -> bool | None:
         """Report ``handle`` SUCCEEDED ("Cached") from the record of ``key``, if there is one.
 
-        Return False (the step must run) when there is no record, or its outputs could not
-        be re-tagged here (a store that lost them): a result is reused whole or not at all.
+        Return True when reused; False when there is no record (the step runs, or its
+        identical ended Job is adopted); None when there is one but its outputs could not be
+        re-tagged here (a store that lost them): then the step must run anew, not be adopted.
+        A result is reused whole or not at all.
         """
         step = handle.step
         assert step is not None
@@ -140,7 +142,7 @@ class Reuse:
             _log.warning(
                 "step %s: its recorded result is not usable (%s): running it", step.name, exc
             )
-            return False
+            return None
         handle.report(
             handle.result.evolve(
                 state=StepState.SUCCEEDED,

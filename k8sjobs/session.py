@@ -406,13 +406,15 @@ class Session:
         key = None
         if cache is not None:
             key, pinned = await self._reuse.key(cache, step, target, pinned)
-        reusable = key is not None and cache is not None and not how.rerun
-        if reusable and await self._reuse.reuse(cache, handle, key):  # type: ignore[arg-type]
-            return
+        reused: bool | None = False
+        if key is not None and cache is not None and not how.rerun:
+            reused = await self._reuse.reuse(cache, handle, key)
+            if reused:
+                return
         # Run anew on purpose, or opted out of the cache (cache: false, or the session's
         # cache off): an ended Job of the same spec is run again, not adopted. A step the
         # cache does not cover by default (no outputs) keeps adopting its identical Job.
-        rerun = how.rerun or not self._reuse.reuses(step)
+        rerun = how.rerun or not self._reuse.reuses(step) or reused is None
         manifests = self._render(handle, pinned, key)
         if handle.on_end is not None:  # retry_oom: a grown attempt is rendered alike
             self._sent_with[handle.name] = pinned, key

@@ -263,3 +263,24 @@ async def test_every_output_carries_its_lineage_and_lineage_walks_it_back(
     assert sorted(e["name"] for e in steps) == ["lin/s00", "lin/s01", "lin/s03"]
     assert all(e["actionStatus"]["@id"].endswith("CompletedActionStatus") for e in steps)
     assert json.loads((tmp_path / "crate" / "lineage.json").read_text()) == data
+
+
+async def test_a_record_whose_outputs_the_store_lost_is_not_reused(tmp_path: Path) -> None:
+    count = tmp_path / "ran"
+    store = tmp_path / "store"
+
+    def session() -> Session:
+        return Session(
+            study="lost", backend=LocalBackend(state_dir=tmp_path / "state"), store=f"oci:{store}"
+        )
+
+    first = await run(session(), tree(count)[:2])
+    from k8sjobs.artifacts import open_store
+
+    async with open_store(f"oci:{store}") as opened:
+        data, _, _ = await opened.get_manifest(opened._ref(first["s00"].outputs["out"]))  # type: ignore[attr-defined]
+    layer = json.loads(data)["layers"][0]["digest"].split(":")[1]
+    (store / "blobs" / "sha256" / layer).unlink()  # a store cleaned by hand
+    again = await run(session(), tree(count)[:2])
+    assert again["s00"].reason != CACHED  # not taken for a success it cannot hand on
+    assert ran(count)["s00"] == 2

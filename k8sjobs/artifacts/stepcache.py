@@ -189,7 +189,8 @@ class StepCache:
 
     def __init__(self, store: CacheStore) -> None:
         self.store = store
-        self.requests = 0
+        self.requests = 0  # network requests: a layout's file reads are not counted
+        self.local = type(store).__name__ == "OCILayout"
         self._config_stored = False
 
     def _ref(self, reference: str) -> Reference:
@@ -260,6 +261,13 @@ class StepCache:
         the PUT is made again.
         """
         target = self._ref(reference)
+        if self.local:
+            # A layout takes any manifest: check its blobs are still there (file stats, no
+            # network), as a registry does on the PUT, or a reader would pull a hole.
+            manifest = _media.decode_manifest(output.manifest, output.reference)
+            for blob in manifest.blobs():
+                if not await self.store.has_blob(target, blob.digest):
+                    raise ArtifactNotFound(f"{output.reference}: blob {blob.digest} is gone")
         self.requests += 1
         try:
             await self.store.put_manifest(target, output.manifest, output.media_type)
