@@ -358,17 +358,18 @@ class Transport:
             if authorization:
                 all_headers["Authorization"] = authorization
             resp = await self._follow(method, url, all_headers, body, origin, what)
-            if resp.status != 401 or round_ == 1 or not ours:
-                break
-            if resp.url.origin() != origin:
+            if resp.status in (401, 403) and ours and resp.url.origin() != origin:
                 # A storage host the registry redirected to: its challenge is its own, and
                 # the registry's credentials (or a token fetched with them) are not for it.
                 resp.release()
                 raise AuthenticationError(
                     f"{what}: the registry redirected to {resp.url.origin()}, which answered "
-                    "HTTP 401; its challenge is not the registry's, so no credentials were "
-                    "sent to it (the registry's storage must accept the redirect as it is)."
+                    f"HTTP {resp.status}; its challenge is not the registry's, so no "
+                    "credentials were sent to it (the registry's storage must accept the "
+                    "redirect as it is: check the registry's storage settings)."
                 )
+            if resp.status != 401 or round_ == 1 or not ours:
+                break
             challenge_header = resp.headers.get("WWW-Authenticate", "")
             resp.release()
             await self._learn_challenge(host, scope, challenge_header, authorization, what)

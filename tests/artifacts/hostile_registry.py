@@ -58,6 +58,7 @@ class HostileRegistry:
     echo_authorization: bool = False  # answer 400 with the Authorization header in the body
     tags_next: str | None = None  # answer tags/list with one tag and a Link to this URL
     challenge: str | None = None  # answer every request 401 with this WWW-Authenticate
+    refuse: int | None = None  # answer every request with this status (a 403, say)
     blob_redirect: str | None = None  # answer blob GETs 307 to this ("{digest}" filled in)
     redirect_status: int = 307
     upload_location: bool = True  # False: POST blobs/uploads/ answers 202 with no Location
@@ -110,6 +111,8 @@ class HostileRegistry:
                 )
         if self.challenge is not None:
             return web.Response(status=401, headers={"WWW-Authenticate": self.challenge})
+        if self.refuse is not None:
+            return web.Response(status=self.refuse, text="AccessDenied")
         if not self.upload_location and request.method == "POST":
             return web.Response(status=202)  # no Location: where would the upload go on?
         if self.echo_authorization:

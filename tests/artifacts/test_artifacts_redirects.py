@@ -52,6 +52,18 @@ async def test_a_storage_hosts_challenge_never_gets_the_registrys_credentials(
     assert not (tmp_path / "out" / "data.txt").exists()
 
 
+async def test_a_storage_host_that_refuses_is_named_in_the_error(tmp_path: Path) -> None:
+    """A 403 from the storage host (an expired pre-signed URL, a bucket policy) names that
+    host, not the registry, as the one that refused."""
+    async with HostileRegistry(refuse=403) as storage:
+        redirect = f"http://{storage.location}/bucket/blobs/{{digest}}"
+        async with _serving(blob_redirect=redirect) as hostile, _registry(hostile) as store:
+            with pytest.raises(AuthenticationError) as caught:
+                await store.pull("team/x:v1", tmp_path / "out")
+    assert storage.location in str(caught.value) and "HTTP 403" in str(caught.value)
+    assert storage.authorizations == []
+
+
 async def test_a_redirect_to_storage_is_followed_without_the_credentials(tmp_path: Path) -> None:
     """What S3 and GCS behind a registry do: the blob comes from the storage host, which
     sees no Authorization (the pre-signed URL is its own)."""
