@@ -19,6 +19,7 @@ from .pending import blocked
 from .render.manifests import (
     ANNOTATION_PENDING_TIMEOUT,
     ANNOTATION_STEP,
+    ENTRYPOINT_DIR,
     MAIN_CONTAINER,
     PULL_CONTAINER,
     PUSH_CONTAINER,
@@ -445,7 +446,21 @@ def pod_failure(pod: Obj) -> tuple[str, str, int | None]:
             return known, said.removeprefix(f"{known}: "), code
     if main is not None and main.get("reason") == "OOMKilled":
         return "OOMKilled", "container step ran out of memory (OOMKilled)", _code(main)
+    if main is not None and main.get("reason") in _START_ERRORS:
+        # The runtime's own words name the program: 'exec: "/bin/zsh": executable file not
+        # found in $PATH'. No log exists: the message is the only place the cause is said.
+        why = said or str(main.get("reason"))
+        return "StartError", f"the container could not start: {why}", _code(main)
     code = _code(main)
+    if code == _NOT_FOUND:
+        program = _program(pod)
+        lacking = f"{program} (the step's shell) or " if program else ""
+        return (
+            "ExitCode",
+            f"the script exited with code 127, command not found: the image lacks {lacking}"
+            "a program the script runs (its log names which)",
+            code,
+        )
     if code is not None and code != 0:
         return "ExitCode", f"the script exited with code {code}", code
     push = _terminated(_container(pod, PUSH_CONTAINER) or _container(pod, HANDOFF_CONTAINER))
@@ -466,6 +481,21 @@ def _said(terminated: Obj) -> str:
     lines = [line.strip() for line in str(terminated.get("message") or "").splitlines()]
     lines = [line for line in lines if line]
     return f": {lines[-1][:500]}" if lines else ""
+
+
+_START_ERRORS = frozenset({"StartError", "ContainerCannotRun", "RunContainerError"})
+_NOT_FOUND = 127  # what a POSIX shell exits with when it finds no such command
+
+
+def _program(pod: Obj) -> str | None:
+    """Return the program the wrapper of the pod's step container runs (its shell), if any."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        if container.get("name") != MAIN_CONTAINER:
+            continue
+        command = list(container.get("command") or ())
+        if len(command) > 2 and command[1] == f"{ENTRYPOINT_DIR}/run":
+            return str(command[2])
+    return None
 
 
 def _code(terminated: Obj | None) -> int | None:

@@ -778,7 +778,7 @@ def _requested(step: Step) -> dict[str, Any]:
     res = step.resources
     return {
         "nodes": res.nodes,
-        "cpu": res.cpu_cores,
+        "cpu": res.cpu_per_node if res.cpu is None else res.cpu_cores,
         "memory": res.memory_bytes,
         "gpus": res.gpus,
     }

@@ -314,15 +314,20 @@ async def _cmd_status(args: argparse.Namespace) -> int:
     try:
         run = read_run(args.state_dir / "runs", study)
         handles = [*handles, *_reused(session, study, handles, run)]
+        results, events = _results(args, study, handles, run)
         if args.steps:
-            handles = [h for h in handles if h.name in args.steps]
-        if not handles:
-            print(f'study "{study}": no steps found', file=sys.stderr)
+            results = [r for r in results if r.name in args.steps]
+            events = {n: e for n, e in events.items() if n in args.steps}
+            if _unknown_step(args, study, results, args.steps, handles):
+                return 1
+        if not results:
+            _no_study(args, study)
             return 1
-        _print_status(args.output, study, handles, run)
+        _print_status(args.output, study, results, events, run)
         if args.watch:
-            handles = await _watch(session, args, study, handles)
-        return 0 if all(h.result.ok for h in handles) else 1
+            watched = await _watch(session, args, study, handles)
+            results = [*[h.result for h in watched], *_unrun(results, watched)]
+        return 0 if all(r.ok for r in results) else 1
     finally:
         await session.aclose()
 
@@ -364,30 +369,101 @@ def _origins(run: dict[str, Any] | None) -> dict[str, str]:
     return {str(s["name"]): str(s["origin"]) for s in run.get("steps") or [] if "origin" in s}
 
 
-def _print_status(
-    output: str, study: str, handles: Sequence[Any], run: dict[str, Any] | None = None
-) -> None:
+def _results(
+    args: argparse.Namespace, study: str, handles: Sequence[Any], run: dict[str, Any] | None
+) -> tuple[list[StepResult], dict[str, list[str]]]:
+    """Return every step to show (those found, then those of the last run that never ran)
+    and each found step's events."""
     # The run record's driver times where the backend's are whole seconds (Kubernetes).
-    results = [retime(h.result, run) for h in handles]
+    found = [retime(h.result, run) for h in handles]
+    names = {r.name for r in found}
+    never = [r for name, r in _recorded(args, study).items() if name not in names]
+    return [*found, *never], {h.name: _events(h) for h in handles}
+
+
+def _unrun(results: Sequence[StepResult], handles: Sequence[Any]) -> list[StepResult]:
+    names = {h.name for h in handles}
+    return [r for r in results if r.name not in names]
+
+
+def _recorded(args: argparse.Namespace, study: str) -> dict[str, StepResult]:
+    """Return the steps of ``study``'s last recorded run, by name (none when not recorded).
+
+    A step that never started (its upstream failed, the run stopped first) has no Job or
+    process to find, only this record: "not run: upstream X failed".
+    """
+    run = read_run(args.state_dir / "runs", study)
+    if run is None:
+        return {}
+    return {
+        s["name"]: StepResult(
+            name=s["name"],
+            state=StepState(s["state"]),
+            reason=s.get("reason") or "",
+            message=s.get("message") or "",
+        )
+        for s in run.get("steps", ())
+        if s.get("state") in StepState.__members__
+    }
+
+
+def _unknown_step(
+    args: argparse.Namespace,
+    study: str,
+    results: Sequence[StepResult],
+    wanted: Sequence[str],
+    handles: Sequence[Any],
+) -> bool:
+    """Say so, listing the steps it has, when the study has no step of a name asked for."""
+    known = {r.name for r in results}
+    unknown = [n for n in wanted if n not in known]
+    every = sorted({h.name for h in handles} | set(_recorded(args, study)))
+    if unknown and every:
+        print(
+            f'study "{study}" has no step "{unknown[0]}" (steps: {", ".join(every)})',
+            file=sys.stderr,
+        )
+        return True
+    return False
+
+
+def _no_study(args: argparse.Namespace, study: str) -> None:
+    """Say that nothing of ``study`` is there: no step found, no run recorded."""
+    where = (
+        f"{args.state_dir}"
+        if args.backend == "local"
+        else f"namespace {args.namespace or 'of the kubeconfig context'} (nor a run "
+        f"recorded in {args.state_dir})"
+    )
+    print(f'no study "{study}" in {where}; run it first (k8sjobs run STUDY.yaml)', file=sys.stderr)
+
+
+def _print_status(
+    output: str,
+    study: str,
+    results: Sequence[StepResult],
+    events: dict[str, list[str]],
+    run: dict[str, Any] | None = None,
+) -> None:
     origins = _origins(run)
     if output in ("json", "yaml"):
         steps = [
             {
                 **step_record(r),
                 **({"origin": origins[r.name]} if r.name in origins else {}),
-                "events": _events(h),
+                "events": events.get(r.name, []),
             }
-            for r, h in zip(results, handles, strict=True)
+            for r in results
         ]
         _print_document(output, {"study": study, "steps": steps})
         return
     _console().print(status_table(results, wide=output == "wide"))
-    shown = [origins[h.name] for h in handles if h.name in origins]
+    shown = [origins[r.name] for r in results if r.name in origins]
     if "reused" in shown or "adopted" in shown:  # where the backend's view is not the run's
         print("last run: " + _origin_line(shown))
-    for handle in handles:  # each failed, evicted or deleted pod, and what it cost
-        for event in handle.events:
-            print(f"  {handle.name}: {event.describe()}")
+    for name, described in events.items():  # each failed, evicted or deleted pod, its cost
+        for line in described:
+            print(f"  {name}: {line}")
 
 
 def _origin_line(origins: Sequence[str]) -> str:
@@ -484,27 +560,49 @@ async def _cmd_logs(args: argparse.Namespace) -> int:
     session, handles = await _attach(args, study)
     try:
         found = [h for h in handles if h.name == step]
-        if not found:
-            names = ", ".join(h.name for h in handles) or "none"
+        if found:
+            if not await _print_log(found[0], args):
+                _say_why_empty(found[0].result)
+            return 0
+        recorded = _recorded(args, study)
+        if step in recorded:
+            why = recorded[step].message or recorded[step].reason or str(recorded[step].state)
+            print(f'step "{step}" of study "{study}" has no log: {why}', file=sys.stderr)
+        elif not handles and not recorded:
+            _no_study(args, study)
+        else:
+            names = ", ".join(sorted({h.name for h in handles} | set(recorded)))
             print(f'study "{study}" has no step "{step}" (steps: {names})', file=sys.stderr)
-            return 1
-        await _print_log(found[0], args)
-        return 0
+        return 1
     finally:
         await session.aclose()
 
 
-async def _print_log(handle: Any, args: argparse.Namespace) -> None:
-    """Write the step's log to stdout, in bounded chunks where the backend can stream it."""
+def _say_why_empty(result: StepResult) -> None:
+    """Say on stderr why a step that ended badly left no log: a shell or program missing
+    from the image fails before it can print (the cause is in the result, not the log)."""
+    if result.state.terminal and not result.ok:
+        why = result.message or result.reason
+        print(
+            f'step "{result.name}" printed nothing; it ended {result.state}: {why}', file=sys.stderr
+        )
+
+
+async def _print_log(handle: Any, args: argparse.Namespace) -> int:
+    """Write the step's log to stdout, in bounded chunks where the backend can stream it;
+    return how much was written."""
+    written = 0
     chunks = getattr(handle.backend, "log_chunks", None)  # the local backend's log files
     if chunks is None:
         if args.follow:
             async for line in handle.stream_logs(container=args.container):
                 print(line, flush=True)
+                written += len(line) + 1
         else:
             text = await handle.logs(container=args.container, tail=args.tail, index=args.index)
             sys.stdout.write(text)
-        return
+            written = len(text)
+        return written
     sys.stdout.flush()
     out = sys.stdout.buffer
     stream = chunks(
@@ -512,9 +610,11 @@ async def _print_log(handle: Any, args: argparse.Namespace) -> None:
     )
     async for chunk in stream:
         out.write(chunk)
+        written += len(chunk)
         if args.follow:
             out.flush()
     out.flush()
+    return written
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

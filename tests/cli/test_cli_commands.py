@@ -186,7 +186,8 @@ def test_ctrl_c_cancels_every_step_and_exits_130(
     for step in ("first", "second", "third"):
         assert f"  {step}: CANCELLED" in out
     status = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout
-    assert status.count("CANCELLED") == 2  # "third" never started: it has no record
+    # "third" never started: its row comes from the run's record, CANCELLED before it started
+    assert status.count("CANCELLED") == 3 and "stopped before it ended" in status
 
 
 # --- status, logs, cancel from another process --------------------------------------------
@@ -196,9 +197,10 @@ def test_status_logs_and_cancel_from_a_second_process(
     tmp_path: Path, sleepy_run: subprocess.Popen[str]
 ) -> None:
     status = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout
-    assert [line.split()[:2] for line in status.splitlines()[2:]] == [
-        ["first", "│"],
-        ["second", "│"],
+    assert [line.split()[:3] for line in status.splitlines()[2:]] == [
+        ["first", "│", "RUNNING"],
+        ["second", "│", "RUNNING"],
+        ["third", "│", "PENDING"],  # from the run's journal: it waits for first
     ]
     assert status.count("RUNNING") == 2
     # A running step shows its time so far, with a fraction under a minute.
@@ -214,7 +216,7 @@ def test_status_logs_and_cancel_from_a_second_process(
     assert "  third: FAILED (not run: upstream first CANCELLED)" in out
     # After the run: the records stay, and cancel has nothing left to do.
     after = k8sjobs(tmp_path, "status", "--study", "sleepy", check=1).stdout
-    assert after.count("CANCELLED") == 2
+    assert after.count("CANCELLED") == 3  # first, second, and third's "upstream first CANCELLED"
     nothing = k8sjobs(tmp_path, "cancel", "--study", "sleepy", check=0).stdout
     assert nothing == 'study "sleepy": nothing running to cancel\n'
 
@@ -228,9 +230,9 @@ def test_status_and_logs_after_a_run(tmp_path: Path) -> None:
     logs = k8sjobs(tmp_path, "logs", "--study", "mixed", "bad", check=0)
     assert logs.stdout == "about to fail\n"
     missing = k8sjobs(tmp_path, "logs", "--study", "mixed", "nope", check=1)
-    assert 'has no step "nope" (steps: bad, good)' in missing.stderr
+    assert 'has no step "nope" (steps: after-bad, bad, good)' in missing.stderr
     assert k8sjobs(tmp_path, "status", "--study", "other", check=1).stderr == (
-        'study "other": no steps found\n'
+        'no study "other" in .k8sjobs; run it first (k8sjobs run STUDY.yaml)\n'
     )
 
 
