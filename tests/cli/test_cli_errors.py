@@ -86,7 +86,13 @@ SWEEP: dict[str, list[list[str]]] = {
     ],
     "artifact tags": [[], ["s/a", "--store", "oci:"]],
     "artifact rm": [[], ["::"]],
-    "lineage": [[], ["::"], ["s/a:v1", "--format", "xml"], ["s/a:v1", "--store", "oci:"]],
+    "lineage": [
+        [],
+        ["::"],
+        ["s/a:v1", "--format", "xml"],
+        ["s/a:v1", "--store", "oci:"],
+        ["s/a:v1", "--store", "http://r.example"],
+    ],
     "rbac": [[], ["-n", "Bad_Namespace"], ["-n", "hpc", "--service-account", "Bad_Name"]],
     "image build": [
         [],
