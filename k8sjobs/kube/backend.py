@@ -458,6 +458,7 @@ class KubernetesBackend:
         self.relist_interval = relist_interval
         self.watch_stats = WatchStats()
         _check_watch_bounds(self._options.watch_idle, relist_interval)
+        _check_api_bounds(self._options.connect_timeout, self._options.outage_timeout)
         self._client: KubeClient | None = None
         self._watches: dict[tuple[str, str], StudyWatch] = {}
         self._event_watches: dict[str, EventWatch] = {}
@@ -939,6 +940,19 @@ class KubernetesBackend:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _check_api_bounds(connect: float, outage: float | None) -> None:
+    """Refuse bounds on reaching the API server that would fail at once or never."""
+    if not (isinstance(connect, (int, float)) and connect > 0):
+        raise ValueError(
+            f"connect_timeout must be a number of seconds above 0 (not {connect!r}); try 10"
+        )
+    if outage is not None and not (isinstance(outage, (int, float)) and outage > 0):
+        raise ValueError(
+            f"outage_timeout must be a number of seconds above 0, or None to wait for as long "
+            f"as it takes (not {outage!r}); try 900"
+        )
 
 
 def _check_pending_timeout(value: float | None) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,18 @@ async def test_an_outage_past_its_bound_stops_the_wait_not_the_step(
         assert "outage_timeout (0.5 s)" in str(caught.value)
         assert "The steps were not stopped" in str(caught.value)
         assert handle.state is StepState.RUNNING  # not failed, not lost: not known
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"connect_timeout": 0}, "connect_timeout"),
+        ({"outage_timeout": -5}, "outage_timeout"),
+        ({"pending_timeout": 0}, "pending_timeout"),
+    ],
+)
+def test_bounds_that_fail_at_once_or_never_are_refused_naming_the_option(
+    options: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{field} must be a number of seconds above 0"):
+        KubernetesBackend(**options)
