@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .backend import LocalBackend
+from .gpus import Gpu
 from .podrunner import PodRunner
 from .slots import Capacity, Reservation, SlotScheduler
 
-__all__ = ["Capacity", "LocalBackend", "PodRunner", "Reservation", "SlotScheduler"]
+__all__ = ["Capacity", "Gpu", "LocalBackend", "PodRunner", "Reservation", "SlotScheduler"]

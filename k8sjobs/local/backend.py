@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +59,7 @@ from ._objects import LocalObjects
 from ._podstatus import PodStatus
 from ._studylock import StudyLock
 from ._volumedirs import VolumeDirs
+from .gpus import Gpu, GpuPool, device_env, discover
 from .podrunner import PodRunner
 from .slots import SlotScheduler
 
@@ -86,8 +87,11 @@ class LocalBackend:
     """Runs steps as local processes; artifacts go to an OCI layout directory by default.
 
     ``cpu``, ``memory`` (bytes) and ``gpus`` bound what runs at once (default: this
-    machine's cores and memory, no GPUs). ``kill_grace`` is the seconds between SIGTERM
-    and SIGKILL when a step is cancelled or runs over its walltime. ``handoff`` is
+    machine's cores and memory, and the GPUs ``k8sjobs.local.gpus.discover`` finds).
+    ``gpus`` may be a count (devices 0..n-1, NVIDIA's variables) or a list of ``Gpu``; each
+    pod gets its own devices (``CUDA_VISIBLE_DEVICES`` and its kin), never another's.
+    ``kill_grace`` is the seconds between SIGTERM and SIGKILL when a step is cancelled or
+    runs over its walltime. ``handoff`` is
     "in-process" (the default, or $K8SJOBS_HANDOFF) or "subprocess": how the pods' artifact
     handoff containers run (see ``k8sjobs.local._handoff``). ``volumes`` maps a claim name, an
     NFS share ("server:/path") or a volume name to a directory (default: $K8SJOBS_LOCAL_VOLUMES;
@@ -104,7 +108,7 @@ class LocalBackend:
         store: str | None = None,
         cpu: float | None = None,
         memory: int | None = None,
-        gpus: int = 0,
+        gpus: int | Sequence[Gpu] | None = None,
         kill_grace: float = 5.0,
         pending_grace: float = 60.0,
         handoff: str | None = None,
@@ -123,7 +127,14 @@ class LocalBackend:
             volume_dirs=VolumeDirs.configured(root / "claims", volumes),
         )
         self.objects = LocalObjects.given(configmaps, secrets)
-        self.slots = SlotScheduler(cpu=cpu, memory=memory, gpus=gpus)
+        if gpus is None:
+            devices = discover()
+        elif isinstance(gpus, int):
+            devices = [Gpu(str(i)) for i in range(gpus)]
+        else:
+            devices = list(gpus)
+        self.gpus = GpuPool(devices)
+        self.slots = SlotScheduler(cpu=cpu, memory=memory, gpus=len(devices))
         self._records = root / "steps"
         self.pending_grace = pending_grace
         self._runs: dict[str, _JobRun] = {}
@@ -634,6 +645,13 @@ class _JobRun:
         pod["status"] = ended_status(orphan.status, codes)
         return str(pod["status"]["phase"])
 
+    def _gpus_per_pod(self) -> int:
+        """Return the GPUs each pod of the Job asks for (the main container's limits)."""
+        template = self.job["spec"]["template"]["spec"]
+        main = next(c for c in template["containers"] if c["name"] == MAIN_CONTAINER)
+        limits = main.get("resources", {}).get("limits", {})
+        return sum(int(v) for k, v in limits.items() if k not in ("cpu", "memory"))
+
     async def _run_pod(self, index: int | None) -> str:
         pod = self._pod(index)
         name = pod["metadata"]["name"]
@@ -646,18 +664,25 @@ class _JobRun:
         kill_point("pod-recorded")
         extra = {"JOB_COMPLETION_INDEX": str(index)} if index is not None else {}
         extra["K8SJOBS_BACKEND_KIND"] = "local"  # for the lineage of its outputs
+        pool = self.backend.gpus
+        devices = pool.take(self._gpus_per_pod(), name) if pool.devices else ()
+        if pool.devices:
+            extra.update(device_env(devices, pool.devices))
 
         def on_status(status: dict[str, Any]) -> None:
             pod["status"] = status
             self._judge()
 
-        final = await self.backend.runner.run(
-            pod,
-            configmap=self._configmap,
-            secret=self._secret,
-            on_status=on_status,
-            extra_env=extra,
-        )
+        try:
+            final = await self.backend.runner.run(
+                pod,
+                configmap=self._configmap,
+                secret=self._secret,
+                on_status=on_status,
+                extra_env=extra,
+            )
+        finally:
+            pool.give_back(devices)
         pod["status"] = {**final, "phase": final.get("phase", "Failed")}
         return str(pod["status"]["phase"])
 
