@@ -359,7 +359,7 @@ def _layer_destination(target: Path, desc: Descriptor) -> Path:
         raise UnsafeArchive(f'Layer title "{title}" is not a safe relative path: {exc}.') from None
     if norm in (".", ""):
         raise UnsafeArchive(f'Layer title "{title}" names no file.')
-    if norm.startswith(_staging.RESERVED):
+    if any(part.startswith(_staging.RESERVED) for part in norm.split("/")):
         raise UnsafeArchive(
             f'Layer title "{title}": names starting with "{_staging.RESERVED}" are the '
             "temporary names of k8sjobs pulls, which remove them."

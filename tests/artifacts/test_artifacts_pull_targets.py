@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from k8sjobs.artifacts import DigestCache, OCILayout, RegistryError
+from k8sjobs.artifacts import DigestCache, OCILayout, Registry, RegistryError
 from k8sjobs.testing.registry import RegistryServer
 
 from .artifact_helpers import FAST_RETRY, make_tree, old, same_tree
+from .hostile_registry import HostileRegistry, file_layer, manifest_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,8 +178,6 @@ def _handoff_pull(
 
 @pytest.fixture
 def pushed(plain_registry: RegistryServer, tmp_path: Path) -> RegistryServer:
-    from k8sjobs.artifacts import Registry
-
     big = tmp_path / "src" / "big"
     big.mkdir(parents=True)
     (big / "data.bin").write_bytes(os.urandom(2 * 1024 * 1024))
@@ -340,3 +339,16 @@ def test_names_of_k8sjobs_temporary_files_are_refused_as_titles(tmp_path: Path) 
     layout = OCILayout(tmp_path / "layout", cache=DigestCache(tmp_path / "c.sqlite"))
     with pytest.raises(RegistryError, match=r"Cannot push .*\.k8sjobs-lock: names starting"):
         asyncio.run(layout.push("t/x:v1", [reserved]))
+
+
+@pytest.mark.parametrize("title", [".k8sjobs-lock", "x/.k8sjobs-extract-a/f", "x/.k8sjobs-old-1"])
+async def test_a_title_with_a_temporary_name_is_refused_before_anything_is_written(
+    tmp_path: Path, title: str
+) -> None:
+    """A later pull's sweep would remove what such a layer wrote (data loss), so it is refused."""
+    async with HostileRegistry() as hostile:
+        hostile.put("v1", manifest_for([file_layer(title, b"x")]), {"f": b"x"})
+        async with Registry(hostile.location, plain_http=True, retry=FAST_RETRY) as store:
+            with pytest.raises(RegistryError, match="temporary names of k8sjobs pulls"):
+                await store.pull("t/x:v1", tmp_path / "out")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
