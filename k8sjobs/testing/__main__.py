@@ -1,4 +1,4 @@
-"""`python -m k8sjobs.testing serve --kubeconfig PATH [--kubelet execute|simulate]`.
+"""`python -m k8sjobs.testing serve --kubeconfig PATH [--kubelet execute|simulate] [...]`.
 
 Runs a fake cluster in the foreground for hands-on use (kubectl, a driver under
 development) until interrupted.
@@ -33,12 +33,36 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cpu", default="64", help="node cpu capacity")
     serve.add_argument("--memory", default="256Gi", help="node memory capacity")
     serve.add_argument("--gpu", type=int, default=0, help="node nvidia.com/gpu capacity")
+    serve.add_argument(
+        "--namespace-linger",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep a deleted namespace Terminating this long at least, as a real cluster "
+        "does (creating it again meanwhile: 409 'object is being deleted'); default 0",
+    )
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
 
 
 async def _serve(args: argparse.Namespace) -> None:
     node = NodeConfig(cpu=args.cpu, memory=args.memory, gpu=args.gpu)
-    async with FakeCluster(args.kubelet, node=node, tls=args.tls, port=args.port) as cluster:
+    async with FakeCluster(
+        args.kubelet,
+        node=node,
+        tls=args.tls,
+        port=args.port,
+        namespace_linger=args.namespace_linger,
+    ) as cluster:
         cluster.write_kubeconfig(args.kubeconfig)
         print(f"fake cluster at {cluster.url}; kubeconfig written to {args.kubeconfig}", flush=True)
         await asyncio.Event().wait()

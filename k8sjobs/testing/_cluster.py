@@ -49,6 +49,9 @@ class FakeCluster:
       (allowWatchBookmarks) gets while idle; a real server sends one about every 60 s.
     handoff: "in-process" (the default) or "subprocess": how execute mode runs the pods'
       artifact handoff containers (k8sjobs.local._handoff).
+    namespace_linger: seconds a deleted namespace stays Terminating at least, even once
+      empty, as on a real cluster (the namespace controller's content discovery and
+      finalizers take seconds there; the default 0 removes an empty one at once).
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class FakeCluster:
         namespaces: tuple[str, ...] = ("default",),
         port: int = 0,
         handoff: str | None = None,
+        namespace_linger: float = 0.0,
     ) -> None:
         # It holds every object it serves, as a driver holds its steps: paced while started.
         self._pace = _gcpace.Holder()
@@ -94,7 +98,7 @@ class FakeCluster:
         self.store.admission = [PodAdmission(self.store), QuotaController(self.store)]
         self.controller = JobController(self.store, controller)
         self.kubelet = Kubelet(self.store, config)
-        self.namespaces = NamespaceController(self.store)
+        self.namespaces = NamespaceController(self.store, linger=namespace_linger)
         self.flux_operator = FluxOperator(self.store, self.kubelet)  # once its CRD is installed
         self.faults = Faults(
             drop_watches=self.store.drop_watches,

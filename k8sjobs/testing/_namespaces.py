@@ -5,12 +5,15 @@ namespace controller then deletes everything in it (pods gracefully, so they are
 and removes the namespace once it is empty. Meanwhile creates in it are refused with 403
 and a `NamespaceTerminating` cause, and `default`, `kube-system` and `kube-public` may not
 be deleted at all (403 Forbidden), as the NamespaceLifecycle admission plugin answers.
+With ``linger`` a namespace stays Terminating that long at least (a real one takes seconds):
+creating a namespace of that name meanwhile is refused with 409 "object is being deleted".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from . import _errors
 from ._errors import ApiError
@@ -28,14 +31,20 @@ def admit_delete(name: str) -> None:
 class NamespaceController:
     """Empties a Terminating namespace, then removes it; event-driven, no polling."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, linger: float = 0.0) -> None:
         self.store = store
+        self.linger = linger
+        self._since: dict[str, float] = {}  # namespace -> when its deletion was first seen
         store.listen(self._on_event)
 
     def _on_event(self, event: Event) -> None:
         if event.resource == "namespaces":
-            if event.type != "DELETED" and event.obj["metadata"].get("deletionTimestamp"):
-                self._later(event.obj["metadata"]["name"])
+            name = event.obj["metadata"]["name"]
+            if event.type == "DELETED":
+                self._since.pop(name, None)
+            elif event.obj["metadata"].get("deletionTimestamp"):
+                self._since.setdefault(name, time.monotonic())
+                self._later(name)
         elif event.type == "DELETED" and event.namespace:
             namespace = self.store.get("namespaces", "", event.namespace)
             if namespace is not None and namespace["metadata"].get("deletionTimestamp"):
@@ -57,5 +66,10 @@ class NamespaceController:
             name = obj["metadata"]["name"]
             with contextlib.suppress(ApiError):
                 self.store.delete(resource, namespace, name, propagation="Background")
-        if not contents:
-            self.store.finalize_namespace(namespace)
+        if contents:
+            return
+        left = self._since.setdefault(namespace, time.monotonic()) + self.linger
+        if left > time.monotonic():
+            asyncio.get_running_loop().call_later(left - time.monotonic(), self.drain, namespace)
+            return
+        self.store.finalize_namespace(namespace)

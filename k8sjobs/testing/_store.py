@@ -328,8 +328,13 @@ class Store:
         for plugin in self.admission:  # validating admission: named, validated, not stored
             plugin.validate(res, namespace, obj)
         name = meta["name"]
-        if self.get(resource, namespace, name) is not None:
-            raise _errors.already_exists(resource, name, res.group)
+        found = self.get(resource, namespace, name)
+        if found is not None:
+            error = _errors.already_exists(resource, name, res.group)
+            if found["metadata"].get("deletionTimestamp"):  # as the apiserver's registry says
+                message = f"object is being deleted: {error.message}"
+                error = _errors.ApiError(409, error.reason, message, error.details)
+            raise error
         uid = str(uuid.uuid4())
         obj = self._with_server_metadata(res, obj, namespace, uid)
         apply_defaults(res, obj, uid)

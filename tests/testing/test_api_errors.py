@@ -284,6 +284,27 @@ async def test_an_immutable_object_refuses_data_changes_and_takes_metadata_ones(
     assert code == 200
 
 
+async def test_a_lingering_namespace_refuses_its_name_until_it_is_gone(tmp_path: Any) -> None:
+    # A real namespace stays Terminating for seconds after its deletion, and a create of
+    # its name meanwhile is refused as the apiserver's registry words it.
+    async with (
+        FakeCluster(directory=tmp_path, namespace_linger=0.3) as fake,
+        aiohttp.ClientSession(fake.url) as http,
+    ):
+        body = {"metadata": {"name": "again"}}
+        code, _ = await answer(await http.post("/api/v1/namespaces", json=body))
+        assert code == 201
+        code, _ = await answer(await http.delete("/api/v1/namespaces/again"))
+        assert code == 200
+        code, refused = await answer(await http.post("/api/v1/namespaces", json=body))
+        message = 'object is being deleted: namespaces "again" already exists'
+        expected = failure(409, message, "AlreadyExists", name="again", kind="namespaces")
+        assert (code, refused) == (409, expected)
+        await wait_until(lambda: fake.get("namespaces", "again") is None)
+        code, _ = await answer(await http.post("/api/v1/namespaces", json=body))
+        assert code == 201
+
+
 # ---------------------------------------------------------------------- kubectl
 
 
