@@ -284,3 +284,35 @@ async def test_a_record_whose_outputs_the_store_lost_is_not_reused(tmp_path: Pat
     again = await run(session(), tree(count)[:2])
     assert again["s00"].reason != CACHED  # not taken for a success it cannot hand on
     assert ran(count)["s00"] == 2
+
+
+async def test_cache_ls_lists_the_records_and_cache_clear_makes_every_step_run(
+    tmp_path: Path,
+) -> None:
+    count = tmp_path / "ran"
+    store = f"oci:{tmp_path / 'store'}"
+
+    def session() -> Session:
+        return Session(study="clr", backend=LocalBackend(state_dir=tmp_path / "s"), store=store)
+
+    async def cli(*words: str) -> str:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "k8sjobs.cli", "cache", *words, "--store", store,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0, err.decode()
+        return out.decode()
+
+    await run(session(), tree(count)[:3])
+    listed = await cli("ls")
+    assert sorted(line.split()[1] for line in listed.splitlines()) == [
+        "clr/s00",
+        "clr/s01",
+        "clr/s02",
+    ]
+    assert await cli("clear") == "forgot 3 recorded results\n"
+    assert await cli("ls") == ""
+    await run(Session(study="clr2", backend=LocalBackend(state_dir=tmp_path / "s"), store=store),
+              tree(count)[:3])  # fmt: skip
+    assert ran(count) == Counter({"s00": 2, "s01": 2, "s02": 2})  # nothing left to reuse

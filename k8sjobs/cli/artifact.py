@@ -28,7 +28,7 @@ from ..artifacts._limits import ENV_MAX_BYTES, ENV_MAX_RATIO, PullLimits, parse_
 from ..artifacts._store import ArtifactStore, open_store
 from ..artifacts._tarball import Compression
 from ..artifacts._transfer import ProgressEvent
-from ..errors import RegistryError
+from ..errors import ArtifactNotFound, RegistryError
 from .options import UsageError, print_error
 
 
@@ -170,6 +170,42 @@ async def _lineage(args: argparse.Namespace) -> None:
         print("\n".join(tree.lines()))
 
 
+async def _cache_records(args: argparse.Namespace) -> list[Any]:
+    """Return the step cache's records in the chosen store, with the store's cache."""
+    from ..artifacts.stepcache import CACHE_REPOSITORY
+
+    async with _store(args) as store:
+        try:
+            keys = await store.tags(CACHE_REPOSITORY)
+        except ArtifactNotFound:
+            keys = []
+        return [f"sha256:{k}" for k in sorted(keys)]
+
+
+async def _cache_ls(args: argparse.Namespace) -> None:
+    from ..artifacts.stepcache import StepCache
+
+    keys = await _cache_records(args)
+    async with _store(args) as store:
+        cache = StepCache(store)  # type: ignore[arg-type]
+        for key in keys:
+            record = await cache.lookup(key)
+            if record is not None:
+                when = record.finished_at.isoformat() if record.finished_at else "?"
+                print(f"{key[:19]}  {record.study}/{record.step}  {when}  {record.backend}")
+
+
+async def _cache_clear(args: argparse.Namespace) -> None:
+    from ..artifacts.stepcache import StepCache
+
+    keys = await _cache_records(args)
+    async with _store(args) as store:
+        cache = StepCache(store)  # type: ignore[arg-type]
+        for key in keys:
+            await cache.forget(key)
+    print(f"forgot {len(keys)} recorded result{'s' if len(keys) != 1 else ''}")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
@@ -290,7 +326,21 @@ def add_artifact_commands(subparsers: Any, common: Any) -> argparse.ArgumentPars
     )
     lineage.set_defaults(func=_runner(_lineage))
 
-    for parser in (push, pull, tags, rm, lineage):
+    cache = subparsers.add_parser(
+        "cache",
+        help="list or clear the step cache (recorded results, docs/reruns.md)",
+        description="List or clear the step cache: one recorded result per step key, kept "
+        "in the store as k8sjobs/cache:<key>.",
+    )
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True, metavar="VERB")
+    cache_ls = cache_commands.add_parser("ls", help="list the recorded results")
+    cache_ls.set_defaults(func=_runner(_cache_ls))
+    cache_clear = cache_commands.add_parser(
+        "clear", help="forget every recorded result (the next run runs every step)"
+    )
+    cache_clear.set_defaults(func=_runner(_cache_clear))
+
+    for parser in (push, pull, tags, rm, lineage, cache_ls, cache_clear):
         _common(parser)
         common(parser, ("state_dir",))
         parser.add_argument(

@@ -86,6 +86,8 @@ SWEEP: dict[str, list[list[str]]] = {
     ],
     "artifact tags": [[], ["s/a", "--store", "oci:"]],
     "artifact rm": [[], ["::"]],
+    "cache ls": [["--store", "oci:"], ["--store", "http://registry.example"]],
+    "cache clear": [["--store", "oci:"], ["extra"]],
     "lineage": [
         [],
         ["::"],
