@@ -39,6 +39,7 @@ from .errors import (
 )
 
 if _typing.TYPE_CHECKING:
+    from ._display import result_table
     from .artifacts import open_store
     from .handle import StepHandle
     from .render import Manifests, Target, render
@@ -71,6 +72,7 @@ _HOMES = {
     "load_study": ".study",
     "open_store": ".artifacts",
     "render": ".render",
+    "result_table": "._display",
     "submit_step": ".session",
 }
 
@@ -137,5 +139,6 @@ __all__ = [
     "load_study",
     "open_store",
     "render",
+    "result_table",
     "submit_step",
 ]

@@ -119,7 +119,7 @@ def judge(
         message = ""
         if complete.get("reason") == "SuccessPolicy":
             # SuccessCriteriaMet comes first: the step is done, the workers are being stopped.
-            message = "the launcher (index 0) succeeded; Kubernetes stops the workers"
+            message = "the launcher (index 0) succeeded; the workers are stopped"
         return base.evolve(
             state=StepState.SUCCEEDED,
             reason="Completed",

@@ -172,7 +172,7 @@ def test_launcher_success_completes_at_success_criteria_met() -> None:
     results = list(_replay(REFERENCE / "job-success-policy-index0.json"))
     first = next(r for r in results if r.state is S)
     assert (first.reason, first.exit_code) == ("Completed", 0)
-    assert first.message == "the launcher (index 0) succeeded; Kubernetes stops the workers"
+    assert first.message == "the launcher (index 0) succeeded; the workers are stopped"
     assert first.finished_at == datetime(2026, 11, 30, 13, 43, 54, tzinfo=UTC)
     after = results[results.index(first) :]
     assert {r.state for r in after} == {S}

@@ -20,7 +20,8 @@ the step's own command:
   until the Job ends. A readiness probe reports a worker Ready once sshd listens.
 
 The Job. ``completionMode: Indexed``, ``successPolicy: {rules: [{succeededIndexes: "0"}]}``
-(the Job completes when the launcher succeeds, and Kubernetes stops the workers),
+(the Job completes when the launcher succeeds, and the workers are stopped: by Kubernetes,
+or the local backend),
 ``backoffLimitPerIndex: retries`` and ``maxFailedIndexes: 0`` (an index that fails more
 often than ``retries`` fails the whole Job at once, the index named in
 ``status.failedIndexes``: a dead worker never leaves the launcher hanging until walltime).

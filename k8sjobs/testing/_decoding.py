@@ -209,10 +209,11 @@ def bad_patch(content_type: str, patch: Any) -> ApiError | None:
 
 @functools.cache
 def _definitions() -> dict[str, Any]:
-    import kubernetes_validate
+    from ._resources import SCHEMA_VERSION, schema_validator
 
-    from ._resources import SCHEMA_VERSION
-
+    kubernetes_validate = schema_validator()
+    if kubernetes_validate is None:
+        return {}  # without the schemas, decoding errors name no Go type
     root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
     path = root / f"v{SCHEMA_VERSION}-local" / "_definitions.json"
     try:

@@ -8,7 +8,9 @@ restartPolicy, the immutable Job template and the 1 MiB ConfigMap/Secret limit.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
@@ -374,8 +376,9 @@ class Validator:
         key = json.dumps(_shape(obj), sort_keys=True) if self.schema == "shape" else ""
         if key and key in self._valid_shapes:
             return []
-        import kubernetes_validate
-
+        kubernetes_validate = schema_validator()
+        if kubernetes_validate is None:
+            return []
         try:
             with self._lock:
                 kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
@@ -388,6 +391,25 @@ class Validator:
         if key:
             self._valid_shapes.add(key)
         return []
+
+
+@functools.cache
+def schema_validator() -> Any:
+    """Return the kubernetes_validate module, or None (once warned) when it is not installed.
+
+    It comes with ``pip install 'k8sjobs[testing]'``. Without it the fake cluster still
+    serves and runs Jobs, but no longer refuses an object the Kubernetes schema would
+    (an unknown field, a mistyped value) as kube-apiserver does.
+    """
+    try:
+        import kubernetes_validate
+    except ImportError:
+        logging.getLogger("k8sjobs.testing").warning(
+            "kubernetes_validate is not installed: the fake cluster does not check objects "
+            "against the Kubernetes schema; pip install 'k8sjobs[testing]' for the checks"
+        )
+        return None
+    return kubernetes_validate
 
 
 def _shape(value: Any) -> Any:
