@@ -267,9 +267,12 @@ class Progress:
         self.view.change(result)
         if self._live:
             self._ask_draw()
-        elif before is None or before.state is not result.state:
-            # An end says how long and why; a start says only that it started.
+        elif before is None or before.state is not result.state or _newly_blocked(before, result):
+            # An end says how long and why; a start says only that it started; a step that
+            # waits says why, once per reason (a refused pod, no node), not in silence.
             line = result.describe() if result.state.terminal else f"{result.name}: {result.state}"
+            if _newly_blocked(before, result):
+                line += f" ({result.reason}: {result.message})"
             elapsed = self._clock() - self.start
             print(f"[{elapsed:7.1f}s] {line}", flush=True)
 
@@ -318,3 +321,12 @@ class Progress:
                 self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
         hint = shlex.join(["k8sjobs", "report", study])  # pasted into a shell as it is
         self.console.print(f"timeline: {hint} (run data in {saved})", highlight=False, markup=False)
+
+
+def _newly_blocked(before: StepResult | None, result: StepResult) -> bool:
+    """Return whether a PENDING step now waits for a reason the server gave in words."""
+    return (
+        result.state is StepState.PENDING
+        and bool(result.message)
+        and (before is None or before.reason != result.reason)
+    )

@@ -215,3 +215,13 @@ def test_an_unreachable_api_server_is_said_above_the_steps(
         "[    0.0s] API server unreachable since 12:03:04, retrying (connection refused)",
         "[    0.0s] the API server answers again",
     ]
+
+
+def test_plain_output_says_once_why_a_step_waits(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = Progress(["q"], Console(file=io.StringIO()), live=False, clock=lambda: 0.0)
+    told = 'Error creating: pods "q-x" is forbidden: exceeded quota: nopods'
+    plain.update(StepResult(name="q", reason="Queued"))
+    plain.update(StepResult(name="q", reason="FailedCreate", message=told))
+    plain.update(StepResult(name="q", reason="FailedCreate", message=told + " (again)"))
+    # Queued is not news (every step starts so); the refusal is, once.
+    assert capsys.readouterr().out.splitlines() == [f"[    0.0s] q: PENDING (FailedCreate: {told})"]
