@@ -13,6 +13,7 @@ Nothing here ever ends in a 500: a malformed request is the client's fault.
 
 from __future__ import annotations
 
+import binascii
 import functools
 import json
 from collections.abc import Mapping
@@ -389,16 +390,55 @@ def _walk(
         return None
     if _fits(kind, value, schema.get("format")):
         return None
+    if kind == "string" and isinstance(value, str):
+        return _base64_error(value)  # a []byte field: encoding/json's base64 error, bare
     shown = f"number {value}" if kind == "integer" and isinstance(value, int | float) else ""
     if isinstance(value, bool):
         shown = ""
     return _mismatch(value, struct, path, _go_type(definitions, schema), shown)
 
 
+_BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+
+
+def _base64_error(text: str) -> str | None:
+    """Return Go's error for a string that is not standard padded base64 (None when it is).
+
+    As base64.StdEncoding.Decode: CR and LF are skipped; the offset is of the first bad
+    character, or of the quantum left incomplete at the end.
+    """
+    try:  # the common case, in C; the walk below only finds where it is wrong
+        binascii.a2b_base64(text.replace("\r", "").replace("\n", ""), strict_mode=True)
+        return None
+    except (binascii.Error, ValueError):
+        pass
+    quantum: list[int] = []  # offsets of the current quantum's characters
+    padded = ended = False
+    for offset, char in enumerate(text):
+        if char in "\r\n":
+            continue
+        if ended:
+            return f"illegal base64 data at input byte {offset}"  # data after the padding
+        if char == "=":
+            if len(quantum) < 2:
+                return f"illegal base64 data at input byte {offset}"
+            padded = True
+            quantum.append(offset)
+        elif char in _BASE64 and not padded:
+            quantum.append(offset)
+        else:  # padding "=" then not "=": Go names the "=" (si - 1)
+            return f"illegal base64 data at input byte {offset - 1 if padded else offset}"
+        if len(quantum) == 4:
+            quantum, ended = [], padded
+    if quantum:
+        return f"illegal base64 data at input byte {quantum[0]}"
+    return None
+
+
 def _fits(kind: str, value: Any, fmt: Any) -> bool:
     """Return whether a scalar JSON value decodes into the schema's Go type."""
     if kind == "string":
-        return isinstance(value, str)
+        return isinstance(value, str) and (fmt != "byte" or _base64_error(value) is None)
     if kind == "boolean":
         return isinstance(value, bool)
     if isinstance(value, bool):

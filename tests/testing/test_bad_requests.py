@@ -382,3 +382,35 @@ async def test_a_patch_that_is_no_object_or_mistypes_the_result_is_refused(
     if status == 422:
         assert answer["details"]["causes"][0]["field"] == "patch"
     assert cluster.get("configmaps", "x") is before
+
+
+@pytest.mark.parametrize(
+    ("resource", "body", "message"),
+    [
+        (
+            "secrets",
+            {"metadata": {"name": "s"}, "data": {"k": "not base64!"}},
+            'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input '
+            "byte 3",
+        ),
+        (
+            "configmaps",
+            {"metadata": {"name": "c"}, "binaryData": {"k": "YWJjZA"}},
+            'ConfigMap in version "v1" cannot be handled as a ConfigMap: illegal base64 data at '
+            "input byte 4",
+        ),
+    ],
+)
+async def test_bytes_that_are_not_base64_are_a_bad_request(
+    cluster: FakeCluster, http: aiohttp.ClientSession, resource: str, body: Any, message: str
+) -> None:
+    url = f"{cluster.url}/api/v1/namespaces/default/{resource}"
+    assert await send(http, "POST", url, json.dumps(body)) == (400, bad_request(message))
+    body["metadata"]["name"] += "-ok"
+    for values in (body.get("data"), body.get("binaryData")):
+        if values is not None and resource == "secrets":
+            values["k"] = base64.b64encode(b"fine\n").decode()
+        elif values is not None:
+            values["k"] = "YWJjZA=="
+    status, _ = await send(http, "POST", url, json.dumps(body))
+    assert status == 201
