@@ -75,10 +75,16 @@ def bool_param(query: Mapping[str, str], name: str) -> bool:
 def loads(raw: bytes | str, kind: str = "") -> Any:
     """Decode JSON, refusing nesting deeper than Go's decoder takes with its words (400).
 
-    JSONDecodeError is left to the caller (a syntax error).
+    With a `kind` (a create or update body), a syntax error is the 400 the real handler
+    answers, in encoding/json's words; without one, JSONDecodeError is left to the caller.
     """
     try:
         return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        if not kind:
+            raise
+        message = f"couldn't get version/kind; json parse error: {_go_syntax_error(exc)}"
+        raise unrecognized(kind, message, raw) from None
     except RecursionError:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         depth, char = _depth(text)
@@ -90,6 +96,55 @@ def loads(raw: bytes | str, kind: str = "") -> Any:
             f"the body nests {depth} levels deep, deeper than this fake API server can decode "
             f"(kube-apiserver takes {MAX_DEPTH})"
         ) from None
+
+
+def _go_syntax_error(exc: json.JSONDecodeError) -> str:
+    """Return what encoding/json says of the syntax error Python's decoder found."""
+    text, pos = exc.doc, exc.pos
+    if pos >= len(text) or exc.msg.startswith("Unterminated string"):
+        return "unexpected end of JSON input"
+    char = _quote_char(text[pos])
+    if exc.msg.startswith("Invalid control character"):
+        return f"invalid character {char} in string literal"
+    if exc.msg.startswith("Expecting property name"):
+        return f"invalid character {char} looking for beginning of object key string"
+    if exc.msg.startswith("Expecting ':'"):
+        return f"invalid character {char} after object key"
+    if exc.msg.startswith("Expecting ','"):
+        inside = _innermost(text, pos)
+        after = "object key:value pair" if inside == "{" else "array element"
+        return f"invalid character {char} after {after}"
+    if exc.msg.startswith("Extra data"):
+        return f"invalid character {char} after top-level value"
+    return f"invalid character {char} looking for beginning of value"
+
+
+def _quote_char(char: str) -> str:
+    """Return a character as Go's quoteChar writes it ('x', '\\'', '"', '\\n')."""
+    if char == "'":
+        return "'\\''"
+    if char == '"':
+        return "'\"'"
+    quoted = json.dumps(char)[1:-1] if not char.isprintable() else char
+    return f"'{quoted}'"
+
+
+def _innermost(text: str, pos: int) -> str:
+    """Return the bracket of the innermost object or array still open at `pos`."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for char in text[:pos]:
+        if in_string:
+            escaped = not escaped and char == "\\"
+            if char == '"' and not escaped:
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            stack.append(char)
+        elif char in "]}" and stack:
+            stack.pop()
+    return stack[-1] if stack else ""
 
 
 def _depth(text: str) -> tuple[int, str]:

@@ -414,3 +414,26 @@ async def test_bytes_that_are_not_base64_are_a_bad_request(
             values["k"] = "YWJjZA=="
     status, _ = await send(http, "POST", url, json.dumps(body))
     assert status == 201
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "summary"),
+    [
+        ('{"a":1', "unexpected end of JSON input", '{"a":1'),
+        ("{x}", "invalid character 'x' looking for beginning of object key string", "{x}"),
+        ('{"a":1 "b":2}', "invalid character '\"' after object key:value pair", '{"a":1 "b":2}'),
+        ("[1 2]", "invalid character '2' after array element", "5b3120325d"),
+        ("{} x", "invalid character 'x' after top-level value", "{} x"),
+    ],
+)
+async def test_json_syntax_errors_are_worded_as_go_words_them(
+    cluster: FakeCluster, http: aiohttp.ClientSession, body: str, error: str, summary: str
+) -> None:
+    status, answer = await send(http, "POST", configmaps(cluster), body)
+    assert (status, answer) == (
+        400,
+        bad_request(
+            "the object provided is unrecognized (must be of type ConfigMap): couldn't get "
+            f"version/kind; json parse error: {error} ({summary})"
+        ),
+    )
