@@ -65,8 +65,12 @@ OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 _INDEXES = (INDEX, DOCKER_INDEX)
 _MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _PIP_TIMEOUT = 900.0
-# Wheel platform tags by OCI architecture. manylinux_2_28 lets pip take any wheel built for
-# glibc 2.28 or older (it widens the tag down to manylinux2014 and manylinux1 itself).
+# Wheel platform tags by OCI architecture. pip given --platform takes exactly the tags it is
+# given (it does not widen manylinux_2_28 down to older glibc), so the whole ladder goes, as
+# `pip download` users pass it: glibc 2.28 down to 2.5, under both spellings of the legacy
+# names (cffi, needed by cryptography, ships only manylinux2014 wheels).
+_GLIBC_MINORS = range(28, 4, -1)
+_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 _MACHINES = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 
@@ -100,9 +104,15 @@ class Platform:
         return self.variant is None or spec.get("variant") == self.variant
 
     def wheel_tags(self) -> list[str]:
-        """Return the ``pip --platform`` tags of wheels that run on this platform."""
+        """Return the ``pip --platform`` tags of wheels that run on this platform, newest
+        glibc first: manylinux_2_28 ... manylinux2014 ... manylinux1, then linux."""
         machine = _MACHINES[self.architecture]
-        return [f"manylinux_2_28_{machine}", f"linux_{machine}"]
+        tags = []
+        for minor in _GLIBC_MINORS:
+            tags.append(f"manylinux_2_{minor}_{machine}")
+            if minor in _LEGACY:
+                tags.append(f"{_LEGACY[minor]}_{machine}")
+        return [*tags, f"linux_{machine}"]
 
     def to_json(self) -> dict[str, str]:
         """Return the platform as an OCI index entry's ``platform`` object."""
@@ -125,6 +135,55 @@ class ImageSpec:
     pip_args: tuple[str, ...] = ()
     python_version: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def source_checkout() -> Path | None:
+    """Return the source tree this k8sjobs runs from (a checkout or an editable install),
+    or None when it is an installed wheel."""
+    root = Path(__file__).resolve().parents[2]
+    project = root / "pyproject.toml"
+    if project.is_file() and 'name = "k8sjobs"' in project.read_text(errors="replace"):
+        return root
+    return None
+
+
+async def build_wheel(source: Path, into: Path) -> Path:
+    """Build the wheel of the k8sjobs source tree ``source`` into ``into``; return its path.
+
+    The image then holds the code that runs here (a development build, a fork), not the
+    PyPI release of the same version, which may not exist. The build backend installed
+    here is tried first (no index needed); when it is too old for pyproject.toml, pip
+    builds in isolation, fetching the backend pyproject.toml names.
+    """
+    output = b""
+    for isolation in (["--no-build-isolation"], []):
+        argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check"]
+        argv += ["--no-deps", *isolation, "--wheel-dir", str(into), str(source)]
+        code, output = await _run(argv)
+        built = await asyncio.to_thread(lambda: sorted(into.glob("k8sjobs-*.whl")))
+        if code == 0 and built:
+            return built[-1]
+    tail = output.decode("utf-8", "replace").strip()[-2000:]
+    raise ImageBuildError(
+        f"could not build the k8sjobs wheel from {source}:\n{tail}\n"
+        "Give one with --wheel PATH (python -m pip wheel --no-deps .)."
+    )
+
+
+async def _run(argv: Sequence[str]) -> tuple[int, bytes]:
+    """Run ``argv`` (bounded by the pip timeout); return its exit code and its output."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        async with asyncio.timeout(_PIP_TIMEOUT):
+            output, _ = await proc.communicate()
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    return int(proc.returncode or 0), output
 
 
 @dataclass(frozen=True)
@@ -283,18 +342,8 @@ async def _pip_install(site: Path, spec: ImageSpec, platform: Platform, python: 
     for tag in platform.wheel_tags():
         argv += ["--platform", tag]
     argv += [*spec.pip_args, *spec.requirements]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    try:
-        async with asyncio.timeout(_PIP_TIMEOUT):
-            output, _ = await proc.communicate()
-    except BaseException:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        raise
-    if proc.returncode != 0:
+    code, output = await _run(argv)
+    if code != 0:
         tail = output.decode("utf-8", "replace").strip()[-2000:]
         raise ImageBuildError(
             f"pip could not install {' '.join(spec.requirements)} for {platform} and "

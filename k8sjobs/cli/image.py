@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["add_image_commands"]
+__all__ = ["add_image_commands", "handoff_requirements"]
 
 
 def add_image_commands(commands: Any, common: Any) -> None:
@@ -36,11 +40,17 @@ def add_image_commands(commands: Any, common: Any) -> None:
         help=f"platform to build, repeatable (default {' and '.join(DEFAULT_PLATFORMS)})",
     )
     build.add_argument(
+        "--wheel",
+        type=_wheel_file,
+        metavar="PATH",
+        help="the k8sjobs wheel to install (default: a wheel built from the source this "
+        "k8sjobs runs from, else k8sjobs of this version from the index)",
+    )
+    build.add_argument(
         "--requirement",
         action="append",
         metavar="REQ",
-        help="what pip installs, repeatable: a requirement or a wheel file "
-        "(default k8sjobs of this version)",
+        help="what pip installs instead, repeatable: a requirement or a wheel file",
     )
     build.add_argument(
         "--pip-arg",
@@ -75,22 +85,50 @@ def add_image_commands(commands: Any, common: Any) -> None:
         common(parser, ())
 
 
+def _wheel_file(value: str) -> Path:
+    """Return ``value`` as the absolute path of an existing .whl file (an argparse type)."""
+    path = Path(value)
+    if path.suffix != ".whl" or not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value}: no such wheel file (a .whl)")
+    return path.resolve()
+
+
+async def handoff_requirements(
+    wheel: Path | None, requirements: Sequence[str] | None, scratch: Path
+) -> tuple[str, ...]:
+    """Return what pip installs into the image: ``requirements``, else ``wheel``, else a
+    wheel built (into ``scratch``) from the source k8sjobs runs from, else the release of
+    this version (only an installed wheel is that release)."""
+    from ..artifacts.image import ImageSpec, build_wheel, source_checkout
+
+    if requirements:
+        return tuple(requirements)
+    if wheel is not None:
+        return (str(wheel),)
+    source = await asyncio.to_thread(source_checkout)
+    if source is not None:
+        return (str(await build_wheel(source, scratch)),)
+    return ImageSpec().requirements
+
+
 async def _cmd_build(args: argparse.Namespace) -> int:
     from ..artifacts.image import ImageSpec, Platform, build_image
 
     defaults = ImageSpec()
-    spec = ImageSpec(
-        base=args.base,
-        platforms=tuple(Platform.parse(p) for p in args.platform)
-        if args.platform
-        else defaults.platforms,
-        requirements=tuple(args.requirement or defaults.requirements),
-        pip_args=tuple(args.pip_arg),
-        python_version=args.python_version,
+    platforms = (
+        tuple(Platform.parse(p) for p in args.platform) if args.platform else defaults.platforms
     )
-    digest = await build_image(
-        args.push, spec, plain_http=args.plain_http, base_plain_http=args.base_plain_http
-    )
+    with tempfile.TemporaryDirectory(prefix="k8sjobs-wheel-") as scratch:
+        spec = ImageSpec(
+            base=args.base,
+            platforms=platforms,
+            requirements=await handoff_requirements(args.wheel, args.requirement, Path(scratch)),
+            pip_args=tuple(args.pip_arg),
+            python_version=args.python_version,
+        )
+        digest = await build_image(
+            args.push, spec, plain_http=args.plain_http, base_plain_http=args.base_plain_http
+        )
     print(f"pushed {args.push}@{digest}")
     print(f'use it: Session(handoff_image="{args.push}@{digest}")')
     return 0

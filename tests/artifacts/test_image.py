@@ -239,3 +239,85 @@ def test_commands_build_the_repository_dockerfile(capsys: pytest.CaptureFixture[
     assert "--platform linux/amd64,linux/arm64 -f Dockerfile.handoff" in out
     assert "-t registry.example/k8sjobs/handoff:1 --push" in out
     assert (Path(__file__).parents[2] / "Dockerfile.handoff").is_file()
+
+
+def _wheel(folder: Path, name: str, tag: str, body: bytes = b"VALUE = 1\n") -> Path:
+    """Write a minimal wheel of package ``name`` 1.0 with the wheel tag ``tag``."""
+    dist = f"{name}-1.0.dist-info"
+    purelib = b"true" if tag == "py3-none-any" else b"false"
+    files = {
+        f"{name}/__init__.py": body,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+        + purelib
+        + f"\nTag: {tag}\n".encode(),
+    }
+    record = "".join(f"{n},,\n" for n in [*files, f"{dist}/RECORD"])
+    path = folder / f"{name}-1.0-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for member, data in files.items():
+            whl.writestr(member, data)
+        whl.writestr(f"{dist}/RECORD", record)
+    return path
+
+
+def test_wheel_tags_are_the_whole_manylinux_ladder() -> None:
+    tags = Platform.parse("linux/amd64").wheel_tags()
+    assert tags[0] == "manylinux_2_28_x86_64" and tags[-1] == "linux_x86_64"
+    for older in ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"):
+        assert older in tags
+    assert tags.index("manylinux_2_27_x86_64") < tags.index("manylinux2014_x86_64")
+
+
+async def test_a_dependency_with_only_manylinux2014_wheels_installs(
+    server: RegistryServer, tmp_path: Path
+) -> None:
+    """As cffi does: wheels tagged manylinux2014 only. pip given only manylinux_2_28 refused
+    them (ResolutionImpossible); the ladder takes them, for each architecture."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    for machine in ("x86_64", "aarch64"):
+        _wheel(folder, "old_pkg", f"cp311-cp311-manylinux2014_{machine}")
+    env = ["PATH=/usr/bin", "PYTHON_VERSION=3.11.7"]
+    base = await _push_base(server, "ladder", env)
+    digest = await build_image(
+        f"{server.location}/mirror/handoff:ladder",
+        _spec(base, folder, requirements=("old_pkg",)),
+        plain_http=True,
+        base_plain_http=True,
+    )
+    assert digest.startswith("sha256:")
+
+
+async def test_image_build_installs_the_given_wheel(
+    server: RegistryServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--wheel: a development build or a fork, not the PyPI release of this version."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheel = _wheel(folder, "k8sjobs", "py3-none-any", b"FORK = 'mine'\n")
+    base = await _push_base(server, "wheel", ["PATH=/usr/bin", "PYTHON_VERSION=3.11.7"])
+    dest = f"{server.location}/mirror/handoff:fork"
+    argv = ["image", "build", "--push", dest, "--base", base, "--wheel", str(wheel)]
+    argv += ["--pip-arg=--no-index", "--plain-http", "--base-plain-http"]
+    assert await asyncio.to_thread(main, argv) == 0, capsys.readouterr().err
+    index = json.loads(_get(server, "mirror/handoff/manifests/fork", INDEX))
+    entry = index["manifests"][0]
+    manifest = json.loads(_get(server, f"mirror/handoff/manifests/{entry['digest']}", MANIFEST))
+    layer = _blob(server, "mirror/handoff", manifest["layers"][-1]["digest"])
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer))) as tar:
+        init = tar.extractfile("opt/k8sjobs/site/k8sjobs/__init__.py")
+        assert init is not None and init.read() == b"FORK = 'mine'\n"
+
+
+async def test_without_a_wheel_a_checkout_builds_its_own(tmp_path: Path) -> None:
+    """From a source checkout (as here), the image gets a wheel of this source."""
+    from k8sjobs.artifacts.image import source_checkout
+    from k8sjobs.cli.image import handoff_requirements
+
+    assert source_checkout() == Path(__file__).parents[2].absolute()
+    (built,) = await handoff_requirements(None, None, tmp_path)
+    assert Path(built).name.startswith("k8sjobs-") and built.endswith(".whl")
+    with zipfile.ZipFile(built) as whl:
+        assert "k8sjobs/cli/image.py" in whl.namelist()
+    assert await handoff_requirements(None, ["x==1"], tmp_path) == ("x==1",)
