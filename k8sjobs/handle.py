@@ -157,7 +157,7 @@ class StepHandle:
         return self.step.output(name)
 
     def add_listener(self, listener: Callable[[StepHandle], None]) -> None:
-        """Call ``listener(handle)`` on every change of state (at once if already ended)."""
+        """Call ``listener(handle)`` on every change of state or reason (at once if ended)."""
         self._listeners.append(listener)
         if self.done:
             listener(self)
@@ -197,7 +197,8 @@ class StepHandle:
         handle what it learned; callers of the library only read. Terminal snapshots are
         final and a step never goes back from RUNNING to PENDING, so a backend may report
         whatever its watch replays: stale news is dropped here and False is returned.
-        Listeners are called on a change of state and on the terminal snapshot.
+        Listeners are called on a change of state or of reason (a step that waits says why
+        as soon as it is known: FailedCreate, Unschedulable) and on the terminal snapshot.
         """
         current = self._result
         if self.done or result == current:
@@ -211,11 +212,11 @@ class StepHandle:
         if result.state.terminal and self.on_end is not None:
             result = self.on_end(result)
             self._between_attempts = not result.state.terminal
-        changed_state = result.state is not current.state
+        changed = result.state is not current.state or result.reason != current.reason
         self._result = result
         if result.state.terminal and self._done is not None:
             self._done.set()
-        if changed_state or result.state.terminal:
+        if changed or result.state.terminal:
             for listener in list(self._listeners):
                 listener(self)
         return True

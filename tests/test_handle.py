@@ -88,25 +88,31 @@ def test_a_handle_only_moves_forward_and_stops_at_a_terminal_result(
 
 
 @given(st.lists(results, max_size=12))
-def test_listeners_hear_each_change_of_state_and_the_end(reports: list[StepResult]) -> None:
+def test_listeners_hear_each_change_of_state_or_reason_and_the_end(
+    reports: list[StepResult],
+) -> None:
     handle, _ = make()
     heard: list[StepState] = []
     handle.add_listener(lambda h: heard.append(h.state))
     expected: list[StepState] = []
     for result in reports:
-        before = handle.state
-        if handle.report(result) and (result.state is not before or result.state.terminal):
+        before = handle.result
+        changed = result.state is not before.state or result.reason != before.reason
+        if handle.report(result) and (changed or result.state.terminal):
             expected.append(result.state)
     assert heard == expected
 
 
-def test_news_within_a_state_is_kept_without_waking_listeners() -> None:
+def test_a_new_reason_wakes_listeners_other_news_within_a_state_does_not() -> None:
+    """A step that waits says why as soon as it is known (the live table, a run's record)."""
     handle, _ = make()
-    heard: list[StepState] = []
-    handle.add_listener(lambda h: heard.append(h.state))
-    assert handle.report(StepResult(name="s", state=P, reason="Pulling"))
-    assert handle.result.reason == "Pulling" and heard == []
-    assert not handle.report(StepResult(name="s", state=P, reason="Pulling"))
+    heard: list[str] = []
+    handle.add_listener(lambda h: heard.append(h.result.reason))
+    assert handle.report(StepResult(name="s", state=P, reason="FailedCreate", message="quota"))
+    assert heard == ["FailedCreate"]
+    assert handle.report(StepResult(name="s", state=P, reason="FailedCreate", message="again"))
+    assert handle.result.message == "again" and heard == ["FailedCreate"]
+    assert not handle.report(StepResult(name="s", state=P, reason="FailedCreate", message="again"))
 
 
 def test_a_running_step_never_goes_back_to_pending() -> None:
