@@ -282,7 +282,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             study,
             session,
             max_parallel=args.max_parallel,
-            on_change=lambda record: display.update(record.seen()),
+            on_change=lambda record: display.update(_as_seen(record)),
             replace=args.replace,
             rerun=True if args.rerun_all else [n for a in args.rerun for n in a.split(",") if n],
         )
@@ -464,6 +464,15 @@ def _print_status(
     for name, described in events.items():  # each failed, evicted or deleted pod, its cost
         for line in described:
             print(f"  {name}: {line}")
+
+
+def _as_seen(record: Any) -> StepResult:
+    """Return a step's result as ``run`` prints it: an adopted end says it was adopted."""
+    result: StepResult = record.seen()
+    if result.state.terminal and record.origin == "adopted":
+        why = result.message or result.reason
+        return result.evolve(message=f"adopted from an earlier run; {why}" if why else "adopted")
+    return result
 
 
 def _origin_line(origins: Sequence[str]) -> str:

@@ -275,8 +275,10 @@ def test_rerun_adopts_succeeded_steps_and_runs_a_changed_one(tmp_path: Path) -> 
     count = tmp_path / "count"
     study_file(tmp_path, f"name: again\nsteps:\n  - name: a\n    script: echo x >> {count}\n")
     k8sjobs(tmp_path, "run", "study.yaml", check=0)
-    k8sjobs(tmp_path, "run", "study.yaml", check=0)
+    again = k8sjobs(tmp_path, "run", "study.yaml", check=0)
     assert count.read_text() == "x\n"  # adopted, not rerun
+    assert "a: SUCCEEDED" in again.stdout and "(adopted" in again.stdout, again.stdout
+    assert "1 adopted" in again.stdout, again.stdout
     study_file(tmp_path, f"name: again\nsteps:\n  - name: a\n    script: echo y >> {count}\n")
     k8sjobs(tmp_path, "run", "study.yaml", check=0)  # no SpecMismatch: the old run ended
     assert count.read_text() == "x\ny\n"
