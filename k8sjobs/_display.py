@@ -15,7 +15,7 @@ _COLOURS = {
     StepState.CANCELLED: "#ff7f0e",
     StepState.LOST: "#9467bd",
 }
-_COLUMNS = ("step", "state", "reason", "exit code", "duration", "outputs")
+_COLUMNS = ("step", "state", "reason", "exit code", "duration", "used", "outputs")
 
 
 def _cells(result: StepResult) -> tuple[str, ...]:
@@ -25,6 +25,7 @@ def _cells(result: StepResult) -> tuple[str, ...]:
         result.message or result.reason,
         "" if result.exit_code is None else str(result.exit_code),
         result.took(),  # a running step's time so far
+        "" if result.usage is None else result.usage.describe(),
         ", ".join(result.outputs),
     )
 

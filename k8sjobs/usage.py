@@ -241,7 +241,13 @@ class UsageSummary:
         """Return the summary as a line or a few ("" when no step was measured)."""
         if not self.measured:
             return ""
-        line = f"usage: {self.cpu_hours:.3g} CPU hours over {self.measured} step(s)"
+        # Under an hour, CPU time reads as every duration does ("3ms", "4m 05s").
+        cpu = (
+            f"{self.cpu_hours:.3g} CPU hours"
+            if self.cpu_hours >= 1
+            else f"{format_duration(self.cpu_hours * 3600)} of CPU"
+        )
+        line = f"usage: {cpu} over {self.measured} step(s)"
         if self.unmeasured:
             line += f" ({self.unmeasured} without figures)"
         asked = [f"  asked for far more than used: {o}" for o in self.oversized]

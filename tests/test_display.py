@@ -21,3 +21,12 @@ def test_the_notebook_table_keeps_sub_second_durations_and_running_time() -> Non
     rows = re.findall(r"<tr>(.*?)</tr>", page)[1:]
     assert "<td>250ms</td>" in rows[0]
     assert re.search(r"<td>2h 0[01]m</td>", rows[1]), rows[1]  # its time so far
+
+
+def test_the_notebook_table_shows_what_a_step_used() -> None:
+    from k8sjobs.usage import Usage
+
+    used = Usage(wall_seconds=2.0, cpu_seconds=1.5, memory_peak=200 * 1024 * 1024)
+    page = result_table([StepResult("big", StepState.SUCCEEDED, usage=used)])
+    assert "<th>used</th>" in page
+    assert "<td>cpu 1.50s, mem 200Mi peak, wall 2.00s</td>" in page

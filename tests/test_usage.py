@@ -70,3 +70,6 @@ def test_the_summary_counts_cpu_hours_and_names_the_oversized() -> None:
     assert summary.describe().splitlines()[0] == (
         "usage: 3 CPU hours over 3 step(s) (1 without figures)"
     )
+    small_run = summarize_usage([("a", None, Usage(wall_seconds=1.0, cpu_seconds=0.25))])
+    assert small_run.describe() == "usage: 250ms of CPU over 1 step(s)"
+    assert small_run.describe() == ("usage: 250ms of CPU over 1 step(s)")

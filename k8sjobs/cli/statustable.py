@@ -15,7 +15,7 @@ import itertools
 import shlex
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +29,7 @@ from rich.text import Text
 from ..durations import format_duration
 from ..state import StepResult, StepState
 from ..study import summarize
+from ..usage import summarize_usage
 
 __all__ = ["FIELDS", "Field", "LiveView", "Progress", "status_table", "step_record"]
 
@@ -88,6 +89,13 @@ FIELDS: tuple[Field, ...] = (
         "duration",
         cell=lambda r, now: r.took(now),
     ),
+    # What the step used (k8sjobs.usage.Usage): its figures, and why any is missing.
+    Field(
+        "usage",
+        lambda r: None if r.usage is None else r.usage.to_json(),
+        "used",
+        cell=lambda r, _now: Text("" if r.usage is None else r.usage.describe()),
+    ),
     Field("reason", lambda r: r.reason, "reason", cell=lambda r, _now: Text(r.message or r.reason)),
     Field("message", lambda r: r.message),
     Field("exit_code", lambda r: r.exit_code, "exit", wide=True),
@@ -101,8 +109,18 @@ FIELDS: tuple[Field, ...] = (
         cell=lambda r, _now: Text(" ".join(r.pods)),
     ),
     Field("outputs", lambda r: dict(r.outputs)),
+    Field("memory_attempts", lambda r: list(r.memory_attempts)),
     Field("log_file", lambda r: r.log_file, "log", wide=True),
 )
+
+
+def usage_summary(
+    results: Iterable[StepResult], requested: Mapping[str, Mapping[str, Any] | None]
+) -> str:
+    """Return the study's usage lines: CPU hours, the steps that asked for far more than
+    they used ("train: mem 8Gi req, 1.2Gi peak"); "" when no step was measured."""
+    ended = [(r.name, requested.get(r.name), r.usage) for r in results if r.state.terminal]
+    return summarize_usage(ended).describe()
 
 
 def step_record(result: StepResult) -> dict[str, Any]:
@@ -308,8 +326,15 @@ class Progress:
         self._tick = None
         self._draw()
 
-    def summary(self, results: Sequence[StepResult], study: str, saved: Path) -> None:
-        """Print the run's last lines: steps per state, each failure, where the record is."""
+    def summary(
+        self,
+        results: Sequence[StepResult],
+        study: str,
+        saved: Path,
+        requested: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """Print the run's last lines: steps per state, each failure, what the steps used
+        (``requested``: each step's run-record request), where the record is."""
         counts = summarize(results)
         elapsed = self._clock() - self.start
         text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
@@ -319,6 +344,9 @@ class Progress:
             if not r.ok:
                 where = f"; log: {r.log_file}" if r.log_file else ""
                 self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
+        used = usage_summary(results, requested or {})
+        if used:
+            self.console.print(used, highlight=False, markup=False)
         hint = shlex.join(["k8sjobs", "report", study])  # pasted into a shell as it is
         self.console.print(f"timeline: {hint} (run data in {saved})", highlight=False, markup=False)
 

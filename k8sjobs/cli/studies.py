@@ -28,9 +28,10 @@ from ..session import Session
 from ..state import StepResult, StepState
 from ..steps.spec import Step
 from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
+from ..usage import request_versus_use
 from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
 from .options import study_name as _study_name
-from .statustable import Progress, status_table, step_record
+from .statustable import Progress, status_table, step_record, usage_summary
 
 __all__ = ["add_study_commands"]
 
@@ -292,7 +293,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 results = await run.run()
         finally:
             path = run.save(args.state_dir / "runs")
-            display.summary([r.seen() for r in run.records.values()], study.name, path)
+            requested = {name: r.requested for name, r in run.records.items()}
+            display.summary([r.seen() for r in run.records.values()], study.name, path, requested)
             print(_origin_line([r.origin for r in run.records.values()]), flush=True)
     return 0 if all(r.ok for r in results) else 1
 
@@ -446,10 +448,12 @@ def _print_status(
     run: dict[str, Any] | None = None,
 ) -> None:
     origins = _origins(run)
+    recorded = {s["name"]: s.get("requested") for s in (run or {}).get("steps") or ()}
     if output in ("json", "yaml"):
         steps = [
             {
                 **step_record(r),
+                **({"requested": recorded[r.name]} if recorded.get(r.name) else {}),
                 **({"origin": origins[r.name]} if r.name in origins else {}),
                 "events": events.get(r.name, []),
             }
@@ -458,6 +462,14 @@ def _print_status(
         _print_document(output, {"study": study, "steps": steps})
         return
     _console().print(status_table(results, wide=output == "wide"))
+    if output == "wide":  # requested against used, where either is known
+        for r in results:
+            versus = request_versus_use(recorded.get(r.name), r.usage) if r.usage else ""
+            if versus:
+                print(f"  {r.name}: {versus}")
+    used = usage_summary(results, recorded)
+    if used:
+        print(used)
     shown = [origins[r.name] for r in results if r.name in origins]
     if "reused" in shown or "adopted" in shown:  # where the backend's view is not the run's
         print("last run: " + _origin_line(shown))

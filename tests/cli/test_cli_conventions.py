@@ -5,6 +5,7 @@ named by its file or --study everywhere, global options before or after the comm
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import IO, Any
 
@@ -97,7 +98,7 @@ def test_every_command_takes_the_study_file_or_its_name(tmp_path: Path) -> None:
     k8sjobs(tmp_path, "run", "study.yaml", check=1)
     by_file = k8sjobs(tmp_path, "status", "study.yaml", check=1).stdout
     assert by_file == k8sjobs(tmp_path, "status", "--study", "mixed", check=1).stdout
-    assert k8sjobs(tmp_path, "status", "study.yaml", "good", check=0).stdout.count("│") == 3
+    assert k8sjobs(tmp_path, "status", "study.yaml", "good", check=0).stdout.count("│") == 4
     assert k8sjobs(tmp_path, "logs", "study.yaml", "bad", check=0).stdout == "about to fail\n"
     assert k8sjobs(tmp_path, "logs", "--study", "mixed", "bad", check=0).stdout == (
         "about to fail\n"
@@ -132,7 +133,9 @@ def test_status_output_json_and_yaml_hold_every_field(tmp_path: Path) -> None:
     assert steps["good"]["exit_code"] == 0
     assert steps["good"]["duration"] >= 0
     assert steps["bad"]["started_at"] and steps["bad"]["log_file"]
-    assert set(steps["bad"]) >= {"reason", "message", "pods", "outputs", "events"}
+    assert set(steps["bad"]) >= {"reason", "message", "pods", "outputs", "events", "usage"}
+    assert steps["good"]["usage"]["source"] == "rusage"  # what it used, with why any is missing
+    assert steps["good"]["usage"]["memory_peak"] > 0 and "requested" in steps["good"]
     in_yaml = yaml.safe_load(k8sjobs(tmp_path, "status", "study.yaml", "-o", "yaml").stdout)
     assert in_yaml == document
 
@@ -142,11 +145,22 @@ def test_status_output_wide_adds_columns(tmp_path: Path) -> None:
     k8sjobs(tmp_path, "run", "study.yaml", check=1)
     narrow = k8sjobs(tmp_path, "status", "study.yaml", check=1).stdout.splitlines()[0]
     wide = k8sjobs(tmp_path, "status", "study.yaml", "-o", "wide", check=1).stdout
-    assert narrow.split() == ["step", "┃", "state", "┃", "duration", "┃", "reason"]
+    assert narrow.split() == ["step", "┃", "state", "┃", "duration", "┃", "used", "┃", "reason"]
     header = [cell.strip() for cell in wide.splitlines()[0].split("┃")]
-    assert header == ["step", "state", "duration", "reason", "exit", "started", "pods", "log"]
+    assert header == [
+        "step",
+        "state",
+        "duration",
+        "used",
+        "reason",
+        "exit",
+        "started",
+        "pods",
+        "log",
+    ]
     bad = next(line for line in wide.splitlines() if line.startswith(" bad "))
-    assert [cell.strip() for cell in bad.split("│")][4] == "7"
+    assert [cell.strip() for cell in bad.split("│")][5] == "7"
+    assert "mem " in [cell.strip() for cell in bad.split("│")][3]  # what it used
     assert bad.rstrip().endswith("step.log")  # piped: one line a step, never wrapped
 
 
@@ -199,3 +213,21 @@ def test_exit_codes_in_the_help_are_those_of_the_docs() -> None:
     for line in EXIT_CODES.splitlines()[1:]:
         code = line.split()[0]
         assert f"| {code} |" in docs, code
+
+
+OVERSIZED = """\
+name: sizes
+steps:
+  - name: greedy
+    script: echo small
+    resources: {memory: 2Gi}
+"""
+
+
+def test_status_says_what_each_step_used_against_what_it_asked(tmp_path: Path) -> None:
+    study_file(tmp_path, OVERSIZED)
+    run = k8sjobs(tmp_path, "run", "study.yaml", check=0).stdout
+    assert re.search(r"^usage: \S+ of CPU over 1 step\(s\)$", run, re.MULTILINE), run
+    assert "asked for far more than used: greedy: mem 2Gi req, " in run
+    wide = k8sjobs(tmp_path, "status", "study.yaml", "-o", "wide", check=0).stdout
+    assert re.search(r"^  greedy: mem 2Gi req, [\d.]+Mi peak", wide, re.MULTILINE), wide
