@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 from .._resend import without_silent_resend
 from ..errors import ApiError, ServerUnavailable, api_error
@@ -400,7 +401,7 @@ class KubeClient:
             return None
         if raw:
             return data.decode("utf-8", "replace")
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
     async def _send(
         self,
@@ -420,7 +421,7 @@ class KubeClient:
 
         Every attempt tells ``health`` whether the server answered.
         """
-        data = json.dumps(body).encode() if body is not None else None
+        data = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": content_type} if data is not None else None
         url = self.config.host + path
         allowed = self.options.retries if retries is None else retries

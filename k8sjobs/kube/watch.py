@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import math
 import random
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from ..errors import ApiError, Gone, NotFound
 from .client import Kind, KubeClient
@@ -525,7 +525,7 @@ async def events(
     )
     async with contextlib.aclosing(lines):
         async for line in lines:
-            event = json.loads(line)
+            event = orjson.loads(line)  # orjson: JSON was a tenth of the driver CPU (profiled)
             event_type = str(event.get("type"))
             obj = event.get("object") or {}
             if event_type == "ERROR":
