@@ -174,6 +174,12 @@ def add_study_commands(commands: Any, common: Common) -> None:
     add_study(rend)
     common(rend, ("namespace",))
     add_target(rend, volumes=False)
+    rend.add_argument(
+        "--unordered",
+        action="store_true",
+        help="render a study whose steps depend on others anyway (to read, or to apply one "
+        "step at a time): kubectl apply starts every Job at once, in no order",
+    )
     rend.set_defaults(func=_cmd_render)
 
     report = commands.add_parser(
@@ -644,6 +650,16 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if isinstance(data, dict) and "steps" in data:
         study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
         steps, name = list(study.steps), study.name
+        ordered = [(s, deps) for s, deps in study.depends.items() if deps]
+        if ordered and not args.unordered:
+            step, deps = ordered[0]
+            raise UsageError(
+                f'k8sjobs render: step "{step}" of {args.file} waits for {", ".join(deps)}, '
+                "but kubectl apply starts every Job at once, so it would run (and pull its "
+                "inputs) before they ended; run the study with k8sjobs run --backend "
+                "kubernetes, which submits each step when its upstream succeeded, or give "
+                "--unordered to print the objects anyway"
+            )
     elif isinstance(data, dict):
         steps, name = [Step.model_validate(data)], args.study or "default"
     else:

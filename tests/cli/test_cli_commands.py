@@ -248,15 +248,34 @@ def test_state_dir_option_keeps_everything_there(tmp_path: Path) -> None:
 
 
 def test_render_prints_yaml_that_validates(tmp_path: Path) -> None:
-    done = k8sjobs(
-        tmp_path, "render", str(PIPELINE), "--registry", "registry.example:5000/k8sjobs", check=0
-    )
+    registry = ["--registry", "registry.example:5000/k8sjobs"]
+    done = k8sjobs(tmp_path, "render", str(PIPELINE), *registry, "--unordered", check=0)
     documents = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert [d["kind"] for d in documents] == ["ConfigMap", "Job"] * 5
     for document in documents:
         kubernetes_validate.validate(document, "1.30", strict=True)
     jobs = [d for d in documents if d["kind"] == "Job"]
     assert jobs[1]["metadata"]["name"].startswith("pipeline-transform-shard-0-")
+
+
+def test_render_refuses_a_study_kubectl_apply_would_run_out_of_order(tmp_path: Path) -> None:
+    """kubectl apply starts every Job at once: a consumer would pull before its producer
+    pushed (issue 28 item 12). render says so, and what to use, before printing anything."""
+    registry = ["--registry", "registry.example:5000/k8sjobs"]
+    done = k8sjobs(tmp_path, "render", str(PIPELINE), *registry, check=2)
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert 'step "transform[SHARD=0]"' in done.stderr and "waits for produce" in done.stderr
+    assert "k8sjobs run --backend kubernetes" in done.stderr and "--unordered" in done.stderr
+
+
+def test_render_plain_http_reaches_the_pods_handoff(tmp_path: Path) -> None:
+    step = tmp_path / "step.yaml"
+    step.write_text("name: a\nscript: echo > o\noutputs: {o: o}\n")
+    registry = ["--registry", "127.0.0.1:5000/k8sjobs"]
+    plain = k8sjobs(tmp_path, "render", "step.yaml", *registry, "--plain-http", check=0)
+    tls = k8sjobs(tmp_path, "render", "step.yaml", *registry, check=0)
+    assert '"plain_http": true' in plain.stdout and '"plain_http": true' not in tls.stdout
 
 
 def test_render_one_step_file(tmp_path: Path) -> None:
