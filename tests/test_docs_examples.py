@@ -39,3 +39,19 @@ def test_readme_quickstart_runs_on_the_local_backend(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "sum: SUCCEEDED" in done.stdout
     assert "55" in done.stdout  # 1 + 2 + ... + 10, read from the producer's artifact
+
+
+API_PAGE = Path(__file__).parent.parent / "docs" / "api.md"
+
+
+def test_api_page_blocking_session_example_runs(tmp_path: Path) -> None:
+    """docs/api.md's synchronous example (it failed with NameError: Step; issue 28 item 11)."""
+    import subprocess
+    import sys
+
+    (code,) = [b for b in _blocks(API_PAGE) if "BlockingSession(" in b]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a: SUCCEEDED" in done.stdout
