@@ -14,7 +14,13 @@ runner, which has no init containers (``run_sidecar``, k8sjobs.render.minicluste
      "inputs": {"<name>": "<reference>"},
      "outputs": {"<name>": {"path": "<relative to workdir>", "reference": "<reference>",
                             "failed_reference": "<reference, optional>"}},
-     "annotations": {"k": "v"}}
+     "annotations": {"k": "v"}, "wait_inputs": 0}
+
+``wait_inputs`` (seconds, optional, default 0) is how long the pull waits, over all the
+inputs, for an input the store does not hold yet: ``k8sjobs render`` sets it, because
+``kubectl apply`` starts a consumer's Job with its producer's, before the producer pushed. A
+session leaves it off: it submits a consumer once its inputs are pushed, pinned by digest, so
+a missing input there is a fault to report at once, not to wait for.
 
 Environment: K8SJOBS_WORKDIR, K8SJOBS_INPUTS (input <name> lands in $K8SJOBS_INPUTS/<name>/),
 K8SJOBS_STATUS_DIR (holds the marker ``exitcode``; ``outputs.json`` is written there), and
@@ -46,7 +52,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import HandoffError, RegistryError
 from ._limits import PullLimits
-from ._reference import pin
+from ._reference import pin, redact
 
 if TYPE_CHECKING:
     from ._store import ArtifactStore
@@ -65,6 +71,10 @@ CONFIG_ENV = "K8SJOBS_HANDOFF_CONFIG"
 ANNOTATION_EXIT_CODE = "k8sjobs.io/exit-code"
 OUTPUTS_FILE = "outputs.json"
 POLL_SECONDS = 0.2
+#: How often a waiting pull asks the store again for a missing input, and how often it says
+#: it still waits (a log line every poll would flood the pod's log over an hour's wait).
+WAIT_POLL_SECONDS = 1.0
+WAIT_LOG_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ class HandoffConfig:
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, Output] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    wait_inputs: float = 0.0
 
 
 if TYPE_CHECKING:
@@ -119,6 +130,11 @@ def parse_config(data: Any) -> HandoffConfig:
             str(spec["path"]), str(spec["reference"]), None if failed is None else str(failed)
         )
     inputs = {_safe_name("input", k): v for k, v in _str_map(data, "inputs").items()}
+    wait = data.get("wait_inputs", 0)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < 1e9:
+        raise HandoffError(
+            f'handoff config: "wait_inputs" must be a number of seconds, 0 or more (got {wait!r}).'
+        )
     return HandoffConfig(
         store=data["store"],
         plain_http=bool(data.get("plain_http", False)),
@@ -126,6 +142,7 @@ def parse_config(data: Any) -> HandoffConfig:
         inputs=inputs,
         outputs=outputs,
         annotations=_str_map(data, "annotations"),
+        wait_inputs=float(wait),
     )
 
 
@@ -157,14 +174,52 @@ def _env_dir(env: Mapping[str, str], name: str) -> Path:
     return Path(value)
 
 
+async def _await_input(
+    store: ArtifactStore, name: str, reference: str, deadline: float, bound: float, err: TextIO
+) -> None:
+    """Return once ``reference`` is in the store, or raise HandoffError at ``deadline``.
+
+    Only "not there" waits (``exists`` is False for a 404 / unknown tag); any other answer
+    (refused credentials, an unreachable registry after its retries) raises from ``exists``
+    as the pull would. Says so when it starts waiting, then once a WAIT_LOG_SECONDS.
+    """
+    shown = redact(reference)
+    started = time.monotonic()
+    said: float | None = None
+    while not await store.exists(reference):
+        now = time.monotonic()
+        if now >= deadline:
+            raise HandoffError(
+                f'input "{name}": {shown} did not appear in the store within the pull\'s bound '
+                f"of {bound:g} s (wait_inputs; k8sjobs render --wait-inputs); did its producer "
+                "fail, or does it need longer?"
+            )
+        if said is None or now - said >= WAIT_LOG_SECONDS:
+            waited = "" if said is None else f" (waited {now - started:.0f} s)"
+            print(
+                f'k8sjobs handoff: waiting for input "{name}": {shown} is not in the store yet; '
+                f"waiting up to {bound:g} s for its producer to push it{waited}",
+                file=err,
+                flush=True,
+            )
+            said = now
+        await asyncio.sleep(min(WAIT_POLL_SECONDS, max(deadline - now, 0.0)))
+    if said is not None:
+        print(f'k8sjobs handoff: input "{name}" is there: {shown}', file=err, flush=True)
+
+
 async def pull_inputs(
     config: HandoffConfig,
     inputs_dir: Path,
     env: Mapping[str, str] = os.environ,
     stores: StoreOpener = own_store,
+    err: TextIO = sys.stderr,
 ) -> dict[str, str]:
     """Pull every input into ``inputs_dir/<name>/``, within the limits that
-    K8SJOBS_PULL_MAX_BYTES / K8SJOBS_PULL_MAX_RATIO in ``env`` set; return name -> digest."""
+    K8SJOBS_PULL_MAX_BYTES / K8SJOBS_PULL_MAX_RATIO in ``env`` set; return name -> digest.
+
+    With ``config.wait_inputs`` above 0, an input not in the store yet is waited for, up to
+    that many seconds from the start of the pull (``_await_input``)."""
     try:
         limits = PullLimits.from_env(env)
     except ValueError as exc:
@@ -172,8 +227,11 @@ async def pull_inputs(
     digests: dict[str, str] = {}
     if not config.inputs:
         return digests
+    deadline = time.monotonic() + config.wait_inputs
     async with stores(config) as store:
         for name, reference in config.inputs.items():
+            if config.wait_inputs > 0:
+                await _await_input(store, name, reference, deadline, config.wait_inputs, err)
             result = await store.pull(reference, inputs_dir / name, limits=limits)
             digests[name] = result.digest
     return digests
@@ -353,10 +411,11 @@ async def run_pull(
     env: Mapping[str, str] = os.environ,
     *,
     out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
     stores: StoreOpener = own_store,
 ) -> int:
     """Pull every input; return the process exit code."""
-    digests = await pull_inputs(config, _env_dir(env, "K8SJOBS_INPUTS"), env, stores)
+    digests = await pull_inputs(config, _env_dir(env, "K8SJOBS_INPUTS"), env, stores, err)
     print(json.dumps(digests, sort_keys=True), file=out, flush=True)
     return 0
 
@@ -422,7 +481,7 @@ async def run_sidecar(
         print(f"k8sjobs handoff: index {index}; the lead broker's pod hands over.", file=err)
         return 0
     status_dir = await asyncio.to_thread(_prepare_shared, config, env)
-    await run_pull(config, env, out=out, stores=stores)  # run_command marks a failure
+    await run_pull(config, env, out=out, err=err, stores=stores)  # run_command marks a failure
     await asyncio.to_thread(_mark, status_dir / READY_MARKER, "")
     return await run_push(config, timeout, env, out=out, err=err, stores=stores)
 
@@ -445,7 +504,7 @@ async def run_command(
     try:
         config = await asyncio.to_thread(load_config, config_path)
         if command == "pull":
-            return await run_pull(config, env, out=out, stores=stores)
+            return await run_pull(config, env, out=out, err=err, stores=stores)
         if command == "sidecar":
             return await run_sidecar(config, timeout, env, out=out, err=err, stores=stores)
         return await run_push(

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from ..render.sshkey import key_for
 from ..runrecord import read_run, retime
 from ..session import Session
 from ..state import StepResult, StepState
-from ..steps.spec import Step
+from ..steps.spec import Step, StepOutput, parse_duration
 from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
 from ..usage import request_versus_use
 from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
@@ -175,10 +175,19 @@ def add_study_commands(commands: Any, common: Common) -> None:
     common(rend, ("namespace",))
     add_target(rend, volumes=False)
     rend.add_argument(
+        "--wait-inputs",
+        type=_wait_seconds,
+        default=WAIT_INPUTS_DEFAULT,
+        metavar="DURATION",
+        help="how long each step's pull waits for an input its producer has not pushed yet "
+        "(seconds, 1h30m or HH:MM:SS; default 1h; 0: no wait): kubectl apply starts every "
+        "Job at once, and this makes a consumer wait for its producer",
+    )
+    rend.add_argument(
         "--unordered",
         action="store_true",
-        help="render a study whose steps depend on others anyway (to read, or to apply one "
-        "step at a time): kubectl apply starts every Job at once, in no order",
+        help="render anyway a study whose steps wait for others they take no input from "
+        "(depends: only), or any with --wait-inputs 0: kubectl apply starts every Job at once",
     )
     rend.set_defaults(func=_cmd_render)
 
@@ -644,21 +653,57 @@ async def _print_log(handle: Any, args: argparse.Namespace) -> int:
     return written
 
 
+#: ``render --wait-inputs``'s default: an hour for a producer to run and push, the bound of
+#: a consumer's pull (its pod holds its requests meanwhile, and its walltime runs).
+WAIT_INPUTS_DEFAULT = 3600.0
+
+
+def _wait_seconds(value: str) -> float:
+    """Return ``--wait-inputs``' DURATION in seconds (0 allowed: no wait)."""
+    try:
+        duration = parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--wait-inputs: {exc}") from None
+    assert duration is not None
+    return duration.total_seconds()
+
+
+def _unordered(
+    steps: Sequence[Step], depends: Mapping[str, Sequence[str]], waits: bool
+) -> list[tuple[str, list[str]]]:
+    """Return each step with the steps it waits for that a rendered pull cannot wait for:
+    every one when the pull does not wait, else those it takes no input from."""
+    producers = {
+        step.name: {src.step for src in step.inputs.values() if isinstance(src, StepOutput)}
+        for step in steps
+    }
+    found = []
+    for name, deps in depends.items():
+        left = [d for d in deps if not waits or d not in producers.get(name, set())]
+        if left:
+            found.append((name, left))
+    return found
+
+
 def _cmd_render(args: argparse.Namespace) -> int:
     text = read_study_text(args.file)  # bounded and UTF-8, as for a run
     data, _lines = read_yaml(text, str(args.file))
     if isinstance(data, dict) and "steps" in data:
         study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
         steps, name = list(study.steps), study.name
-        ordered = [(s, deps) for s, deps in study.depends.items() if deps]
-        if ordered and not args.unordered:
-            step, deps = ordered[0]
+        unordered = _unordered(study.steps, study.depends, args.wait_inputs > 0)
+        if unordered and not args.unordered:
+            step, deps = unordered[0]
+            how = (
+                "a pull waits only for inputs (--wait-inputs), and it takes none from them"
+                if args.wait_inputs > 0
+                else "--wait-inputs 0 lets its pull start before they pushed"
+            )
             raise UsageError(
                 f'k8sjobs render: step "{step}" of {args.file} waits for {", ".join(deps)}, '
-                "but kubectl apply starts every Job at once, so it would run (and pull its "
-                "inputs) before they ended; run the study with k8sjobs run --backend "
-                "kubernetes, which submits each step when its upstream succeeded, or give "
-                "--unordered to print the objects anyway"
+                f"but kubectl apply starts every Job at once and {how}; run the study with "
+                "k8sjobs run --backend kubernetes, which submits each step when its upstream "
+                "succeeded, or give --unordered to print the objects anyway"
             )
     elif isinstance(data, dict):
         steps, name = [Step.model_validate(data)], args.study or "default"
@@ -670,6 +715,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         store=args.registry,
         plain_http=args.plain_http,
         handoff_image=args.handoff_image,
+        wait_inputs=args.wait_inputs,
     )
     # A multi-node step gets a fresh key pair in its Secret, as when a Session submits it.
     rendered = (render(step, target, ssh_key=key_for(step)) for step in steps)

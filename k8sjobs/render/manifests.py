@@ -142,6 +142,9 @@ class Target:
     plain_http: bool = False
     registry_secret: str | None = None
     handoff_image: str = HANDOFF_IMAGE
+    #: Seconds the rendered pull waits for an input not pushed yet (``k8sjobs render`` for
+    #: kubectl apply, which starts every Job at once); 0, a session's, writes no setting.
+    wait_inputs: float = 0.0
 
     def __post_init__(self) -> None:
         # The store location goes into the step's ConfigMap: credentials in it would be
@@ -366,6 +369,7 @@ def _configmap(
         handoff = {
             "store": target.store,
             "plain_http": target.plain_http,
+            **({"wait_inputs": target.wait_inputs} if target.wait_inputs and inputs else {}),
             "inputs": dict(inputs),
             "outputs": {
                 key: {

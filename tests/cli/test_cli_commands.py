@@ -258,15 +258,47 @@ def test_render_prints_yaml_that_validates(tmp_path: Path) -> None:
     assert jobs[1]["metadata"]["name"].startswith("pipeline-transform-shard-0-")
 
 
-def test_render_refuses_a_study_kubectl_apply_would_run_out_of_order(tmp_path: Path) -> None:
-    """kubectl apply starts every Job at once: a consumer would pull before its producer
-    pushed (issue 28 item 12). render says so, and what to use, before printing anything."""
+def test_render_of_a_study_with_dependencies_makes_its_pulls_wait(tmp_path: Path) -> None:
+    """kubectl apply starts every Job at once (issue 28 item 12): render sets the pull's wait
+    for its inputs (1 h unless --wait-inputs), so a consumer waits for its producer's push."""
     registry = ["--registry", "registry.example:5000/k8sjobs"]
-    done = k8sjobs(tmp_path, "render", str(PIPELINE), *registry, check=2)
+    done = k8sjobs(tmp_path, "render", str(PIPELINE), *registry, check=0)
+    waits = _waits(done.stdout)
+    assert waits[()] is None  # produce pulls nothing
+    assert set(waits.values()) == {None, 3600.0}
+    shorter = k8sjobs(tmp_path, "render", str(PIPELINE), *registry, "--wait-inputs", "1h30m")
+    assert set(_waits(shorter.stdout).values()) == {None, 5400.0}
+
+
+def _waits(rendered: str) -> dict[tuple[str, ...], object]:
+    """Return each rendered handoff config's wait_inputs, by the names of its inputs."""
+    configs = [
+        json.loads(d["data"]["handoff.json"])
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "ConfigMap"
+    ]
+    return {tuple(c["inputs"]): c.get("wait_inputs") for c in configs}
+
+
+def test_render_refuses_what_a_waiting_pull_cannot_order(tmp_path: Path) -> None:
+    """A step that waits for one it takes no input from (depends: only), or any dependency
+    with --wait-inputs 0, would start too early: refused, naming the step and what to use."""
+    registry = ["--registry", "registry.example:5000/k8sjobs"]
+    done = k8sjobs(tmp_path, "render", str(PIPELINE), *registry, "--wait-inputs", "0", check=2)
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert 'step "transform[SHARD=0]"' in done.stderr and "waits for produce" in done.stderr
     assert "k8sjobs run --backend kubernetes" in done.stderr and "--unordered" in done.stderr
+    study_file(
+        tmp_path,
+        "name: s\nsteps:\n  - {name: a, script: 'true'}\n"
+        "  - {name: b, script: 'true', depends: [a]}\n",
+    )
+    order = k8sjobs(tmp_path, "render", "study.yaml", *registry, check=2)
+    assert 'step "b"' in order.stderr and "it takes none from them" in order.stderr
+    assert k8sjobs(tmp_path, "render", "study.yaml", *registry, "--unordered", check=0).stdout
+    bad = k8sjobs(tmp_path, "render", "study.yaml", "--wait-inputs", "soon", check=2)
+    assert "--wait-inputs" in bad.stderr and bad.stderr.count("\n") == 1
 
 
 def test_render_plain_http_reaches_the_pods_handoff(tmp_path: Path) -> None:
