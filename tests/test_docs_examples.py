@@ -1,57 +1,176 @@
-"""The Python examples in docs/steps.md run as written."""
+"""Every code block in README.md and docs/*.md runs, parses or says why not (issue 28 item 11).
+
+One test per block, named ``page:line`` so a failure points at the block. What a block gets
+depends on its fence's info string:
+
+- ``python``: run as a script in a fresh ``sys.executable`` subprocess, cwd a temporary
+  directory, PYTHONPATH the checkout, with a timeout. A block whose first line is
+  ``# test_NAME.py ...`` is a pytest file: it is written under that name and run with pytest.
+- ``sh``, ``bash``, ``console``: each command (a ``console`` block's ``$ `` lines; every
+  non-comment line of the others) runs with bash (``set -euo pipefail``) in a temporary
+  directory holding a copy of examples/, and must exit 0. Output lines are not compared.
+- ``yaml``: must parse; a mapping with ``steps`` is a study and goes through
+  ``k8sjobs.load_study``. ``json``: must parse.
+- ``text`` or no info string: output, diagrams, transcripts: nothing to run.
+
+Markers: HTML comments on the lines just before the fence (blank lines between are fine;
+they render as nothing)::
+
+    <!-- docs-test: no-run: REASON -->   do not run this block (the reason is required)
+    <!-- docs-test: continues -->        prepend the previous block of the same page
+    <!-- docs-test: expect: TEXT -->     the run's stdout must contain TEXT (repeatable)
+
+docs/design.md ("Docs that run") states the same convention for writers.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
-STEPS_PAGE = Path(__file__).parent.parent / "docs" / "steps.md"
-_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+from k8sjobs import load_study
 
-
-def _blocks(page: Path) -> list[str]:
-    return _BLOCK.findall(page.read_text())
-
-
-def test_steps_page_has_examples() -> None:
-    assert len(_blocks(STEPS_PAGE)) >= 5
-
-
-@pytest.mark.parametrize("index", range(len(_blocks(STEPS_PAGE))))
-def test_steps_page_example_runs(index: int, capsys: pytest.CaptureFixture[str]) -> None:
-    code = _blocks(STEPS_PAGE)[index]
-    exec(compile(code, f"{STEPS_PAGE.name}[example {index + 1}]", "exec"), {"__name__": "docs"})
+ROOT = Path(__file__).parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TIMEOUT = 60
+_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>[^`]*)$")
+_MARKER = re.compile(
+    r"^<!-- docs-test: (?P<kind>no-run|continues|expect)(?::\s*(?P<arg>.*?))? -->$"
+)
+_RUN = {"python", "sh", "bash", "console"}
 
 
-README = Path(__file__).parent.parent / "README.md"
+@dataclass
+class Block:
+    """One fenced block of a page, with the markers written just before it."""
+
+    page: Path
+    line: int  # 1-based line of the opening fence
+    info: str
+    code: str
+    no_run: str | None = None
+    continues: bool = False
+    expect: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
-def test_readme_quickstart_runs_on_the_local_backend(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def _markers(lines: list[str], fence_index: int, block: Block) -> None:
+    index = fence_index - 1
+    while index >= 0 and (not lines[index].strip() or _MARKER.match(lines[index].strip())):
+        match = _MARKER.match(lines[index].strip())
+        if match:
+            kind, arg = match["kind"], match["arg"]
+            if kind == "no-run":
+                assert arg, f"{block.name}: a no-run marker needs its reason"
+                block.no_run = arg
+            elif kind == "continues":
+                block.continues = True
+            else:
+                assert arg, f"{block.name}: an expect marker needs its text"
+                block.expect.append(arg)
+        index -= 1
 
-    (code,) = _blocks(README)
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+
+def _blocks(page: Path) -> list[Block]:
+    lines = page.read_text().splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        match = _FENCE.match(lines[index])
+        if not match:
+            index += 1
+            continue
+        end = index + 1
+        while end < len(lines) and not lines[end].strip().startswith(match["fence"]):
+            end += 1
+        indent = len(match["indent"])
+        body = "\n".join(line[indent:] for line in lines[index + 1 : end]) + "\n"
+        block = Block(page, index + 1, match["info"].strip().split(" ")[0].lower(), body)
+        _markers(lines, index, block)
+        if block.continues:
+            assert blocks, f"{block.name}: 'continues' but no block before it on the page"
+            block.code = blocks[-1].code + block.code
+        blocks.append(block)
+        index = end + 1
+    return blocks
+
+
+BLOCKS = [block for page in PAGES for block in _blocks(page)]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.pop("KUBECONFIG", None)  # the blocks run on the local backend or a fake cluster they start
+    return env
+
+
+def _run_python(block: Block, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    first = block.code.splitlines()[0] if block.code.strip() else ""
+    pytest_file = re.match(r"#\s*(test_\w+\.py)", first)
+    if pytest_file:
+        (tmp_path / pytest_file[1]).write_text(block.code)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command += ["-o", "asyncio_mode=auto", pytest_file[1]]
+    else:
+        (tmp_path / "example.py").write_text(block.code)
+        command = [sys.executable, "example.py"]
+    return subprocess.run(
+        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=TIMEOUT
     )
-    assert done.returncode == 0, done.stderr
-    assert "sum: SUCCEEDED" in done.stdout
-    assert "55" in done.stdout  # 1 + 2 + ... + 10, read from the producer's artifact
 
 
-API_PAGE = Path(__file__).parent.parent / "docs" / "api.md"
+def _shell_commands(block: Block) -> list[str]:
+    lines = block.code.splitlines()
+    if block.info == "console":
+        return [line[2:] for line in lines if line.startswith("$ ")]
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def test_api_page_blocking_session_example_runs(tmp_path: Path) -> None:
-    """docs/api.md's synchronous example (it failed with NameError: Step; issue 28 item 11)."""
-    import subprocess
-    import sys
+def _run_shell(block: Block, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")  # commands name examples/...
+    script = "set -euo pipefail\n" + "\n".join(_shell_commands(block)) + "\n"
+    return subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
 
-    (code,) = [b for b in _blocks(API_PAGE) if "BlockingSession(" in b]
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert "a: SUCCEEDED" in done.stdout
+
+def test_every_page_is_read() -> None:
+    assert len(BLOCKS) >= 80
+    assert {block.page.name for block in BLOCKS} >= {"README.md", "steps.md", "api.md"}
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
+def test_block(block: Block, tmp_path: Path) -> None:
+    if block.info == "yaml":
+        document = yaml.safe_load(block.code)
+        if isinstance(document, dict) and "steps" in document:
+            (tmp_path / "study.yaml").write_text(block.code)
+            load_study(tmp_path / "study.yaml")
+        return
+    if block.info == "json":
+        json.loads(block.code)
+        return
+    if block.info not in _RUN:
+        assert block.no_run is None, f"{block.name}: no-run on a block that is never run"
+        return
+    if block.no_run is not None:
+        pytest.skip(f"no-run: {block.no_run}")
+    done = _run_python(block, tmp_path) if block.info == "python" else _run_shell(block, tmp_path)
+    assert done.returncode == 0, f"{block.name} failed:\n{done.stdout}\n{done.stderr}"
+    for text in block.expect:
+        assert text in done.stdout, f"{block.name}: {text!r} not in its output:\n{done.stdout}"
