@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from .durations import format_duration
 
@@ -62,7 +63,12 @@ NO_LINE = (
     "k8sjobs, or an adopted Job), or it was killed before it could write one"
 )
 _NO_GPU = "the step asked for no GPU"
-_GPU_UNMEASURED = "GPU time and memory are not sampled yet (only which devices the step had)"
+_GPU_UNMEASURED = (
+    "GPU time and memory are not sampled on Kubernetes: the wrapper cannot count on "
+    "nvidia-smi in the image (only which devices the step had is known)"
+)
+# The line's words for the GPU figures' reasons ("gpu_ms_why=", "gpu_mem_why=").
+_GPU_WORDS = {"gpu_seconds": "gpu_ms", "gpu_memory_peak": "gpu_mem"}
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,13 @@ class Usage:
     ``cpu_seconds``: user + system CPU of the container's processes (cgroup) or of the
     script's process tree (locally). ``memory_peak``: bytes; the container cgroup's peak
     (page cache included) on Kubernetes, the largest resident set of the tree locally (or
-    the summed tree's, sampled, when the step has a memory limit). ``gpu_seconds`` and
-    ``gpu_memory_peak`` are not sampled yet. ``devices``: the GPUs the step had (local
-    device indexes, or the ``NVIDIA_VISIBLE_DEVICES`` a device plugin gave). ``source``
-    says where the figures come from ("cgroup2", "cgroup1", "rusage", "none", ""),
-    ``missing`` why each None figure is None.
+    the summed tree's, sampled, when the step has a memory limit). ``gpu_seconds``: the
+    integral of utilization x time over the step's devices, ``gpu_memory_peak``: bytes, the
+    highest summed GPU memory of its processes; both sampled by nvidia-smi on the local
+    backend only (``local/_gpusample.py``), approximate at the sampling rate. ``devices``:
+    the GPUs the step had (local device indexes, or the ``NVIDIA_VISIBLE_DEVICES`` a
+    device plugin gave). ``source`` says where the figures come from ("cgroup2",
+    "cgroup1", "rusage", "none", ""), ``missing`` why each None figure is None.
     """
 
     wall_seconds: float | None = None
@@ -130,6 +138,10 @@ class Usage:
             parts.append(f"wall {format_duration(self.wall_seconds)}")
         if self.devices:
             parts.append(f"gpus {','.join(self.devices)}")
+        if self.gpu_seconds is not None:
+            parts.append(f"gpu {format_duration(self.gpu_seconds)}")
+        if self.gpu_memory_peak is not None:
+            parts.append(f"gpu mem {format_bytes(self.gpu_memory_peak)} peak")
         return ", ".join(parts) if parts else "usage unknown"
 
 
@@ -151,6 +163,9 @@ def format_usage_line(
     memory_peak: int | None = None,
     devices: tuple[str, ...] = (),
     gpus_requested: int = 0,
+    gpu_seconds: float | None = None,
+    gpu_memory_peak: int | None = None,
+    gpu_missing: Mapping[str, str] | None = None,
 ) -> str:
     """Return the usage line for these figures (the keeper and the wrapper write the same)."""
     words = [USAGE_TAG, f"src={source}"]
@@ -164,6 +179,14 @@ def format_usage_line(
         words.append(f"gpus={','.join(devices)}")
     if gpus_requested:
         words.append(f"gpu_req={gpus_requested}")
+    if gpu_seconds is not None:
+        words.append(f"gpu_ms={round(gpu_seconds * 1000)}")
+    if gpu_memory_peak is not None:
+        words.append(f"gpu_mem={gpu_memory_peak}")
+    # Why a GPU figure is missing, one word each (percent-encoded: the line splits on spaces).
+    for name, why in (gpu_missing or {}).items():
+        if name in _GPU_WORDS:
+            words.append(f"{_GPU_WORDS[name]}_why={quote(why, safe='')}")
     return " ".join(words)
 
 
@@ -200,13 +223,21 @@ def parse_usage(line: str | None) -> Usage:
     for name, figure in (("wall_seconds", wall), ("cpu_seconds", cpu), ("memory_peak", peak)):
         if figure is None:
             missing[name] = NO_LINE if line is None else why.get(name, f"{name} was not given")
-    for name in ("gpu_seconds", "gpu_memory_peak"):
-        asked = words.get("gpu_req", "0") not in ("", "0")
-        missing[name] = _GPU_UNMEASURED if asked or devices else _NO_GPU
+    gpu = {
+        "gpu_seconds": _number(words.get("gpu_ms"), 1e-3),
+        "gpu_memory_peak": _number(words.get("gpu_mem"), 1),
+    }
+    asked = words.get("gpu_req", "0") not in ("", "0")
+    for name, figure in gpu.items():
+        if figure is None:
+            reason = unquote(words.get(f"{_GPU_WORDS[name]}_why", ""))
+            missing[name] = reason or (_GPU_UNMEASURED if asked or devices else _NO_GPU)
     return Usage(
         wall_seconds=wall,
         cpu_seconds=cpu,
         memory_peak=None if peak is None else int(peak),
+        gpu_seconds=gpu["gpu_seconds"],
+        gpu_memory_peak=None if gpu["gpu_memory_peak"] is None else int(gpu["gpu_memory_peak"]),
         devices=devices,
         source=source,
         missing=missing,

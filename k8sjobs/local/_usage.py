@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..usage import format_usage_line, parse_usage, split_message
+
+if TYPE_CHECKING:  # _gpusample imports this module's DEVICES_ENV
+    from ._gpusample import GpuFigures
 
 __all__ = ["USAGE_MODE", "measured_message"]
 
@@ -25,9 +29,16 @@ DEVICES_ENV = "K8SJOBS_GPU_DEVICES"
 
 
 def measured_message(
-    message: str | None, state: Path, resident_peak: int, env: Mapping[str, str]
+    message: str | None,
+    state: Path,
+    resident_peak: int,
+    env: Mapping[str, str],
+    gpu: GpuFigures | None = None,
 ) -> str | None:
-    """Return the termination message with the keeper's usage line in place of any other."""
+    """Return the termination message with the keeper's usage line in place of any other.
+
+    ``gpu``: what sampling the container's GPUs found (``_gpusample``), None without GPUs.
+    """
     try:
         line: str | None = Path(f"{state}.usage").read_text().strip()
     except OSError:
@@ -46,5 +57,8 @@ def measured_message(
         memory_peak=peak,
         devices=devices,
         gpus_requested=int(asked) if asked.isdigit() else 0,
+        gpu_seconds=None if gpu is None else gpu.gpu_seconds,
+        gpu_memory_peak=None if gpu is None else gpu.gpu_memory_peak,
+        gpu_missing=None if gpu is None else gpu.missing,
     )
     return f"{own}\n{measured}" if own else measured

@@ -38,6 +38,7 @@ from ..steps.quantity import parse_bytes
 from . import agent
 from ._env import base_env, declared_env, expand
 from ._faults import kill_point
+from ._gpusample import GpuSampler, sampler_for
 from ._handoff import HandoffCall, InProcessHandoff, recognise
 from ._podstatus import PodStatus, StatusSink, now
 from ._process import (
@@ -361,15 +362,22 @@ class _PodRun:
         self.status.running(name, pid, started)
         self.status.report()
         supervisor = Supervisor(process, pid, launch.memory_limit, self.kill_grace, self.memory)
+        own = not name.startswith("k8sjobs-")  # the step's own containers, not the handoff's
+        sampler = sampler_for(pid, launch.env) if own else None
+        if isinstance(sampler, GpuSampler):
+            sampler.start()
         try:
             await supervisor.wait()
             kill_point("container-exited")  # ended unseen: adopted from its exit file
         finally:
             exit_code, reason = supervisor.outcome()
             message = termination_message(self._termination_log(name))
-            if not name.startswith("k8sjobs-"):  # the step's own containers, not the handoff's
+            if own:
                 state = self.sandbox / "run" / name
-                message = measured_message(message, state, supervisor.resident_peak, launch.env)
+                gpu = sampler.stop() if isinstance(sampler, GpuSampler) else sampler
+                message = measured_message(
+                    message, state, supervisor.resident_peak, launch.env, gpu
+                )
             self.status.terminated(name, exit_code, reason, message, started, pid)
             self.status.report()
         return exit_code
