@@ -52,6 +52,10 @@ class GpuFigures:
     gpu_memory_peak: int | None = None
     missing: dict[str, str] = field(default_factory=dict)
 
+    def values(self) -> tuple[float | None, int | None, dict[str, str]]:
+        """Return the figures as ``_usage.measured_message`` takes them."""
+        return self.gpu_seconds, self.gpu_memory_peak, self.missing
+
 
 def sampler_for(session: int, env: Mapping[str, str]) -> GpuSampler | GpuFigures | None:
     """Return a sampler for a container's NVIDIA devices, or the figures' reasons without one.

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..usage import format_usage_line, parse_usage, split_message
-
-if TYPE_CHECKING:  # _gpusample imports this module's DEVICES_ENV
-    from ._gpusample import GpuFigures
 
 __all__ = ["USAGE_MODE", "measured_message"]
 
@@ -33,11 +29,12 @@ def measured_message(
     state: Path,
     resident_peak: int,
     env: Mapping[str, str],
-    gpu: GpuFigures | None = None,
+    gpu: tuple[float | None, int | None, Mapping[str, str]] | None = None,
 ) -> str | None:
     """Return the termination message with the keeper's usage line in place of any other.
 
-    ``gpu``: what sampling the container's GPUs found (``_gpusample``), None without GPUs.
+    ``gpu``: what sampling the container's GPUs found (``_gpusample.GpuFigures.values``:
+    GPU-seconds, peak bytes, why each None is None), None without GPUs.
     """
     try:
         line: str | None = Path(f"{state}.usage").read_text().strip()
@@ -57,8 +54,8 @@ def measured_message(
         memory_peak=peak,
         devices=devices,
         gpus_requested=int(asked) if asked.isdigit() else 0,
-        gpu_seconds=None if gpu is None else gpu.gpu_seconds,
-        gpu_memory_peak=None if gpu is None else gpu.gpu_memory_peak,
-        gpu_missing=None if gpu is None else gpu.missing,
+        gpu_seconds=None if gpu is None else gpu[0],
+        gpu_memory_peak=None if gpu is None else gpu[1],
+        gpu_missing=None if gpu is None else gpu[2],
     )
     return f"{own}\n{measured}" if own else measured

@@ -375,8 +375,9 @@ class _PodRun:
             if own:
                 state = self.sandbox / "run" / name
                 gpu = sampler.stop() if isinstance(sampler, GpuSampler) else sampler
+                figures = None if gpu is None else gpu.values()
                 message = measured_message(
-                    message, state, supervisor.resident_peak, launch.env, gpu
+                    message, state, supervisor.resident_peak, launch.env, figures
                 )
             self.status.terminated(name, exit_code, reason, message, started, pid)
             self.status.report()
