@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import contextlib
 import difflib
+import functools
 import logging
 import math
 import os
@@ -29,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -363,6 +364,9 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
         self.settings = load_batch(kwargs)
         super().__init__(shell=self.settings.shell)
         self._extension = ".k8s.sh"
+        # Here, not at import: Maestro's adapter scan imports this module while its
+        # execution graph module may still be loading.
+        install_job_times()
 
     @property
     def extension(self) -> str:
@@ -644,6 +648,7 @@ class KubernetesScriptAdapter(SchedulerScriptAdapter):  # type: ignore[misc]
                 job_pods = pods.get(name, [])
                 result = judge(job, job_pods, now=now, pending_grace=120.0)
                 states[job_id] = maestro_state(result, hardware=_hardware_failure(job_pods))
+                _job_times[job_id] = (result.started_at, result.finished_at)
                 if name in finished:
                     await _keep_logs(client, job, job_pods, result, states[job_id])
         return states
@@ -813,3 +818,71 @@ def _study_name(cwd: str) -> str | None:
         if (directory / "batch.info").is_file() and (directory / "meta").is_dir():
             return directory.name
     return None
+
+
+# ---- the times of Maestro's status --------------------------------------------------------
+
+#: Job id -> (started, finished) from the Job's status, as this process last checked it.
+#: Maestro's status API (``check_jobs``) returns a State per job and nothing else; Maestro
+#: stamps a record's Start Time with its own clock when a poll first sees RUNNING, so a step
+#: that ran between two polls (most k8sjobs steps, at Maestro's 60 s default) showed no Start
+#: Time and no Run Time, and one that was seen showed the poll's time, not the Job's.
+_job_times: dict[Any, tuple[datetime | None, datetime | None]] = {}
+
+
+def _maestro_time(moment: datetime) -> datetime:
+    """Return ``moment`` as Maestro keeps its times: local, naive, whole seconds."""
+    local = moment.astimezone().replace(tzinfo=None)
+    return local.replace(microsecond=0) + (
+        timedelta(seconds=1) if local.microsecond >= 500_000 else timedelta()
+    )
+
+
+def _apply_job_times(record: Any) -> None:
+    """Give a Maestro step record its Job's start and end, where this process checked them.
+
+    The earlier start is kept (a restarted step's Run Time counts from its first Job, as
+    Maestro's does); the end is replaced only once Maestro has marked one.
+    """
+    jobids = getattr(record, "jobid", None)
+    times = _job_times.get(jobids[-1]) if jobids else None
+    if times is None:
+        return
+    started, finished = times
+    if started is not None:
+        start = _maestro_time(started)
+        current = getattr(record, "_start_time", None)
+        record._start_time = start if current is None else min(current, start)
+    if finished is not None and getattr(record, "_end_time", None) is not None:
+        record._end_time = _maestro_time(finished)
+
+
+def _with_job_times(mark: Any) -> Any:
+    @functools.wraps(mark)
+    def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        done = mark(self, *args, **kwargs)
+        _apply_job_times(self)
+        return done
+
+    marked._k8sjobs_job_times = True  # type: ignore[attr-defined]
+    return marked
+
+
+def install_job_times() -> bool:
+    """Make Maestro's step records take their k8sjobs Job's times when they are marked
+    running or ended; return whether it did (False: this maestrowf has no such records).
+
+    Records of other adapters' jobs are left as they are: only a job id this adapter
+    checked has times. Done once, by the first adapter Maestro makes in a process.
+    """
+    try:
+        from maestrowf.datastructures.core.executiongraph import _StepRecord
+    except ImportError:
+        return False
+    for name in ("mark_running", "mark_end"):
+        mark = getattr(_StepRecord, name, None)
+        if mark is None:
+            return False
+        if not getattr(mark, "_k8sjobs_job_times", False):
+            setattr(_StepRecord, name, _with_job_times(mark))
+    return True

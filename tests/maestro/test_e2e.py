@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 from k8sjobs.testing import FakeCluster
@@ -20,10 +22,15 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "maestro" / "study.yaml"
 STUDIES = Path(__file__).parent / "studies"
 
 
+def status_rows(workspace: Path) -> dict[str, dict[str, str]]:
+    """Return {step name: its row} from the study's status.csv."""
+    with (workspace / "status.csv").open() as handle:
+        return {row["Step Name"]: row for row in csv.DictReader(handle)}
+
+
 def statuses(workspace: Path) -> dict[str, str]:
     """Return {step name: Maestro state} from the study's status.csv."""
-    with (workspace / "status.csv").open() as handle:
-        return {row["Step Name"]: row["State"] for row in csv.DictReader(handle)}
+    return {name: row["State"] for name, row in status_rows(workspace).items()}
 
 
 def batch_with(spec: Path, target: Path, kubeconfig: Path) -> Path:
@@ -62,6 +69,16 @@ async def test_example_study_runs_every_step_to_finished(
     assert len(jobs) == 5
     names = {j["metadata"]["annotations"]["k8sjobs.io/step-name"] for j in jobs}
     assert "simulate_SIZE.1000" in names
+    # Maestro's Start Time and Run Time are the Job's (issue 28 item 14): they were "--"
+    # and "--:--:--" for a step that ran between two of Maestro's polls.
+    rows = status_rows(workspace)
+    for job in jobs:
+        row = rows[job["metadata"]["annotations"]["k8sjobs.io/step-name"]]
+        started = datetime.fromisoformat(job["status"]["startTime"]).astimezone()
+        assert row["Start Time"] == str(started.replace(tzinfo=None, microsecond=0)), row
+        ended = datetime.fromisoformat(job["status"]["completionTime"]).astimezone()
+        assert row["End Time"] == str(ended.replace(tzinfo=None, microsecond=0)), row
+        assert re.fullmatch(r"\d+d:\d\dh:\d\dm:\d\ds", row["Run Time"]), row
 
 
 async def test_failure_stops_dependents_and_walltime_overrun_times_out(
