@@ -64,8 +64,8 @@ NO_LINE = (
 )
 _NO_GPU = "the step asked for no GPU"
 _GPU_UNMEASURED = (
-    "GPU time and memory are not sampled on Kubernetes: the wrapper cannot count on "
-    "nvidia-smi in the image (only which devices the step had is known)"
+    "GPU time and memory were not sampled: k8sjobs samples them on the local backend only, "
+    "with nvidia-smi (on Kubernetes the wrapper cannot count on nvidia-smi in the image)"
 )
 # The line's words for the GPU figures' reasons ("gpu_ms_why=", "gpu_mem_why=").
 _GPU_WORDS = {"gpu_seconds": "gpu_ms", "gpu_memory_peak": "gpu_mem"}

@@ -22,6 +22,7 @@ None and ``missing`` says why. AMD devices are not sampled (rocm-smi is not read
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -78,7 +79,7 @@ def sampler_for(session: int, env: Mapping[str, str]) -> GpuSampler | GpuFigures
             settings[name] = float(text) if text else default
         except ValueError:
             settings[name] = -1.0
-        if not settings[name] > 0:
+        if not 0 < settings[name] < math.inf:
             return _none(f"{name}={text!r} is not a number of seconds above 0: not sampled")
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -217,5 +218,7 @@ def _busy(rows: list[list[str]], devices: frozenset[str]) -> float:
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
+    if process.returncode is not None:
+        return  # reaped: its group id may already be another's
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)

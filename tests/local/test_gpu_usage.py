@@ -17,6 +17,7 @@ import pytest
 
 from k8sjobs import Session, Step, Usage
 from k8sjobs.local import Gpu, LocalBackend
+from k8sjobs.local._gpusample import GpuFigures, sampler_for
 from k8sjobs.usage import format_usage_line, parse_usage
 
 DEVICES = [Gpu("0", "nvidia", "GPU-uuid-0"), Gpu("1", "nvidia", "GPU-uuid-1")]
@@ -185,3 +186,16 @@ def test_gpu_figures_and_reasons_travel_in_the_usage_line() -> None:
     # A Kubernetes line (no GPU words) says why there are no GPU figures.
     kube = parse_usage("k8sjobs-usage v1 src=cgroup2 wall_ms=1 gpus=GPU-1 gpu_req=1")
     assert "on Kubernetes" in kube.missing["gpu_seconds"]
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "-1", "nan", "inf"])
+def test_a_bad_sampling_setting_leaves_the_figures_missing_and_names_it(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("K8SJOBS_GPU_SAMPLE_SECONDS", value)
+    env = {"K8SJOBS_GPU_DEVICES": "nvidia:0", "NVIDIA_VISIBLE_DEVICES": "GPU-uuid-0"}
+    figures = sampler_for(os.getpid(), env)
+    assert isinstance(figures, GpuFigures) and figures.gpu_seconds is None
+    assert figures.missing["gpu_seconds"] == (
+        f"K8SJOBS_GPU_SAMPLE_SECONDS={value!r} is not a number of seconds above 0: not sampled"
+    )
