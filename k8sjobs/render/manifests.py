@@ -768,6 +768,11 @@ def _minicluster(step: Step, target: Target, meta: Mapping[str, Any]) -> dict[st
             registry_secret=target.registry_secret,
             auth_dir=AUTH_DIR,
         )
+        if target.wait_inputs and step.inputs:
+            # The Flux runner's wait for the sidecar's pull must outlast the pull's own wait
+            # for the inputs, or it gives up on a pull that is still waiting as told.
+            wait = minicluster.INPUT_WAIT + math.ceil(target.wait_inputs)
+            env = [*env, {"name": "K8SJOBS_HANDOFF_WAIT", "value": str(wait)}]
     return minicluster.minicluster(
         step,
         _meta(meta),

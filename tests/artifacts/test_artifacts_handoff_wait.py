@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from k8sjobs.artifacts import Registry
+from k8sjobs.render import minicluster
 from k8sjobs.render.manifests import Target, render
 from k8sjobs.steps import Step, StepOutput
 from k8sjobs.testing.registry import RegistryServer
@@ -127,3 +128,14 @@ def test_a_session_rendering_writes_no_wait() -> None:
     waited = render(step, Target(store="127.0.0.1:5000/k", wait_inputs=30))
     assert "wait_inputs" not in json.loads(plain.configmap["data"]["handoff.json"])
     assert json.loads(waited.configmap["data"]["handoff.json"])["wait_inputs"] == 30
+
+
+def test_a_minicluster_runner_outwaits_its_sidecars_waiting_pull() -> None:
+    """The Flux runner gives up on the sidecar after INPUT_WAIT s: a longer pull wait
+    lengthens it, or the runner would fail a step whose pull still waits as told."""
+    step = Step(name="b", script="true", target="minicluster", inputs={"x": "study/a:o"})
+    store = "127.0.0.1:5000/k"
+    runner = render(step, Target(store=store, wait_inputs=7200)).job["spec"]["containers"][0]
+    assert runner["environment"]["K8SJOBS_HANDOFF_WAIT"] == str(minicluster.INPUT_WAIT + 7200)
+    plain = render(step, Target(store=store)).job["spec"]["containers"][0]
+    assert "K8SJOBS_HANDOFF_WAIT" not in plain["environment"]
