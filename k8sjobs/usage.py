@@ -286,7 +286,11 @@ class UsageSummary:
 
 
 def request_versus_use(requested: Mapping[str, Any] | None, usage: Usage | None) -> str:
-    """Return "mem 8Gi req, 1.2Gi peak; cpu 4 req, 0.9 used" for what is known ("" if none)."""
+    """Return "mem 8Gi req, 1.2Gi peak; cpu 4 req, 0.9 used" for what is known ("" if none).
+
+    A step with GPUs adds what it made of them: "gpu 1 device(s), 40% busy, 1.2Gi peak"
+    (busy: its GPU-seconds over its wall time and devices).
+    """
     requested = requested or {}
     parts = []
     memory = requested.get("memory")
@@ -298,7 +302,25 @@ def request_versus_use(requested: Mapping[str, Any] | None, usage: Usage | None)
     cores = requested.get("cpu")
     if used is not None:
         parts.append(f"cpu {cores:g} req, {used:.2g} used" if cores else f"cpu {used:.2g} used")
+    gpu = _gpu_used(usage)
+    if gpu:
+        parts.append(gpu)
     return "; ".join(parts)
+
+
+def _gpu_used(usage: Usage | None) -> str:
+    """Return "gpu 2 devices, 40% busy, 1.2Gi peak" for the GPU figures known ("" if none)."""
+    if usage is None or not usage.devices:
+        return ""
+    if usage.gpu_seconds is None and usage.gpu_memory_peak is None:
+        return ""  # which devices it had is in the usage itself
+    words = [f"gpu {len(usage.devices)} device(s)"]
+    if usage.gpu_seconds is not None and usage.wall_seconds:
+        busy = usage.gpu_seconds / (usage.wall_seconds * len(usage.devices))
+        words.append(f"{busy:.0%} busy")
+    if usage.gpu_memory_peak is not None:
+        words.append(f"{format_bytes(usage.gpu_memory_peak)} peak")
+    return ", ".join(words)
 
 
 def summarize_usage(

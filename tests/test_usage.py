@@ -55,6 +55,15 @@ def test_requested_against_used() -> None:
     assert request_versus_use(None, None) == ""
 
 
+def test_requested_against_used_says_what_a_step_made_of_its_gpus() -> None:
+    usage = Usage(
+        wall_seconds=10.0, gpu_seconds=8.0, gpu_memory_peak=int(1.2 * GI), devices=("a", "b")
+    )
+    assert request_versus_use(None, usage) == "gpu 2 device(s), 40% busy, 1.2Gi peak"
+    unsampled = Usage(wall_seconds=10.0, devices=("a",))
+    assert request_versus_use(None, unsampled) == ""
+
+
 def test_the_summary_counts_cpu_hours_and_names_the_oversized() -> None:
     small = Usage(wall_seconds=3600.0, cpu_seconds=3600.0, memory_peak=GI)
     summary = summarize_usage(
