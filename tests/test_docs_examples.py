@@ -18,7 +18,11 @@ they render as nothing)::
 
     <!-- docs-test: no-run: REASON -->   do not run this block (the reason is required)
     <!-- docs-test: continues -->        prepend the previous block of the same page
+    <!-- docs-test: name: NAME -->       name this block, for ``continues: NAME``
+    <!-- docs-test: continues: NAME -->  prepend the block of the same page named NAME
     <!-- docs-test: expect: TEXT -->     the run's stdout must contain TEXT (repeatable)
+    <!-- docs-test: fake-cluster -->     run with KUBECONFIG naming a fake API server
+                                         (python -m k8sjobs.testing serve --kubelet execute)
 
 docs/design.md ("Docs that run") states the same convention for writers.
 """
@@ -31,6 +35,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,12 +45,15 @@ import yaml
 
 from k8sjobs import load_study
 
+from .waiting import wait_until_sync
+
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TIMEOUT = 60
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>[^`]*)$")
 _MARKER = re.compile(
-    r"^<!-- docs-test: (?P<kind>no-run|continues|expect)(?::\s*(?P<arg>.*?))? -->$"
+    r"^<!-- docs-test: (?P<kind>no-run|continues|expect|fake-cluster|name)"
+    r"(?::\s*(?P<arg>.*?))? -->$"
 )
 _RUN = {"python", "sh", "bash", "console"}
 
@@ -58,7 +67,9 @@ class Block:
     info: str
     code: str
     no_run: str | None = None
-    continues: bool = False
+    continues: str | None = None  # "" for the previous block, else a block's name
+    label: str | None = None
+    fake_cluster: bool = False
     expect: list[str] = field(default_factory=list)
 
     @property
@@ -76,7 +87,11 @@ def _markers(lines: list[str], fence_index: int, block: Block) -> None:
                 assert arg, f"{block.name}: a no-run marker needs its reason"
                 block.no_run = arg
             elif kind == "continues":
-                block.continues = True
+                block.continues = arg or ""
+            elif kind == "name":
+                block.label = arg
+            elif kind == "fake-cluster":
+                block.fake_cluster = True
             else:
                 assert arg, f"{block.name}: an expect marker needs its text"
                 block.expect.append(arg)
@@ -99,9 +114,10 @@ def _blocks(page: Path) -> list[Block]:
         body = "\n".join(line[indent:] for line in lines[index + 1 : end]) + "\n"
         block = Block(page, index + 1, match["info"].strip().split(" ")[0].lower(), body)
         _markers(lines, index, block)
-        if block.continues:
-            assert blocks, f"{block.name}: 'continues' but no block before it on the page"
-            block.code = blocks[-1].code + block.code
+        if block.continues is not None:
+            before = [b for b in blocks if block.continues in ("", b.label)]
+            assert before, f"{block.name}: continues {block.continues!r}: no such block before it"
+            block.code = before[-1].code + block.code
         blocks.append(block)
         index = end + 1
     return blocks
@@ -110,15 +126,39 @@ def _blocks(page: Path) -> list[Block]:
 BLOCKS = [block for page in PAGES for block in _blocks(page)]
 
 
-def _env() -> dict[str, str]:
+def _env(kubeconfig: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.pop("KUBECONFIG", None)  # the blocks run on the local backend or a fake cluster they start
+    env.pop("KUBECONFIG", None)  # the local backend, or the fake cluster of the marker
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
     return env
 
 
-def _run_python(block: Block, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+@contextmanager
+def _fake_cluster(tmp_path: Path) -> Iterator[Path]:
+    """A fake API server whose kubelet runs the pods as processes, for as long as the block."""
+    kubeconfig = tmp_path / "fake.kubeconfig"
+    command = [sys.executable, "-m", "k8sjobs.testing", "serve", "--kubeconfig", str(kubeconfig)]
+    server = subprocess.Popen(
+        [*command, "--kubelet", "execute"], env=_env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_until_sync(
+            lambda: kubeconfig.exists() or server.poll() is not None, "the fake server's kubeconfig"
+        )
+        assert server.poll() is None, f"the fake server ended: {server.communicate()[1]!r}"
+        yield kubeconfig
+    finally:
+        server.terminate()
+        server.communicate(timeout=TIMEOUT)
+
+
+def _run_python(
+    block: Block, tmp_path: Path, kubeconfig: Path | None
+) -> subprocess.CompletedProcess[str]:
     first = block.code.splitlines()[0] if block.code.strip() else ""
     pytest_file = re.match(r"#\s*(test_\w+\.py)", first)
     if pytest_file:
@@ -129,8 +169,9 @@ def _run_python(block: Block, tmp_path: Path) -> subprocess.CompletedProcess[str
         (tmp_path / "example.py").write_text(block.code)
         command = [sys.executable, "example.py"]
     return subprocess.run(
-        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=TIMEOUT
-    )
+        command, cwd=tmp_path, env=_env(kubeconfig), capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
 
 
 def _shell_commands(block: Block) -> list[str]:
@@ -140,11 +181,13 @@ def _shell_commands(block: Block) -> list[str]:
     return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def _run_shell(block: Block, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _run_shell(
+    block: Block, tmp_path: Path, kubeconfig: Path | None
+) -> subprocess.CompletedProcess[str]:
     shutil.copytree(ROOT / "examples", tmp_path / "examples")  # commands name examples/...
     script = "set -euo pipefail\n" + "\n".join(_shell_commands(block)) + "\n"
     return subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+        ["bash", "-c", script], cwd=tmp_path, env=_env(kubeconfig), capture_output=True, text=True,
         timeout=TIMEOUT,
     )  # fmt: skip
 
@@ -170,7 +213,12 @@ def test_block(block: Block, tmp_path: Path) -> None:
         return
     if block.no_run is not None:
         pytest.skip(f"no-run: {block.no_run}")
-    done = _run_python(block, tmp_path) if block.info == "python" else _run_shell(block, tmp_path)
+    run = _run_python if block.info == "python" else _run_shell
+    if block.fake_cluster:
+        with _fake_cluster(tmp_path) as kubeconfig:
+            done = run(block, tmp_path, kubeconfig)
+    else:
+        done = run(block, tmp_path, None)
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout}\n{done.stderr}"
     for text in block.expect:
         assert text in done.stdout, f"{block.name}: {text!r} not in its output:\n{done.stdout}"
