@@ -7,7 +7,9 @@ For a real GPU workstation (the tests use an injected device list)::
 Each step reports the variables the local backend gave it and, where ``nvidia-smi`` is
 installed, the UUID of the one device CUDA shows it (``nvidia-smi`` itself ignores
 CUDA_VISIBLE_DEVICES, so the step asks for the UUID it was given). Expect N different
-devices when the machine has N GPUs, and steps taking turns when it has fewer.
+devices when the machine has N GPUs, and steps taking turns when it has fewer. Each
+step's sampled GPU time and peak GPU memory follow (None, and why, for steps this short
+that touched no GPU: expect a peak of 0 and a few GPU-seconds at most).
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ async def main(count: int) -> None:
             ]
             for handle in handles:
                 result = await handle.wait()
-                had = result.usage.devices if result.usage else ()
+                usage = result.usage
+                had = usage.devices if usage else ()
                 log = (await handle.logs()).strip()
                 print(f"{handle.name}: {result.state}, had {had}: {log}")
+                if usage is not None:  # sampled by nvidia-smi while it ran, or why not
+                    print(
+                        f"  gpu_seconds={usage.gpu_seconds} gpu_memory_peak="
+                        f"{usage.gpu_memory_peak} missing={dict(usage.missing)}"
+                    )
 
 
 if __name__ == "__main__":
