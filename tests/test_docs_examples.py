@@ -11,7 +11,9 @@ depends on its fence's info string:
   directory holding a copy of examples/, and must exit 0. Output lines are not compared.
 - ``yaml``: must parse; a mapping with ``steps`` is a study and goes through
   ``k8sjobs.load_study``. ``json``: must parse.
-- ``text`` or no info string: output, diagrams, transcripts: nothing to run.
+- ``text`` or no info string: output, diagrams, tables: nothing to run. Such a block that
+  starts with a command (``$ ``, ``k8sjobs``, ``python``, ``kubectl``, ``pip``) must say
+  ``console`` or ``sh`` instead, so that it runs or carries its no-run reason.
 
 Markers: HTML comments on the lines just before the fence (blank lines between are fine;
 they render as nothing)::
@@ -56,6 +58,7 @@ _MARKER = re.compile(
     r"(?::\s*(?P<arg>.*?))? -->$"
 )
 _RUN = {"python", "sh", "bash", "console"}
+_COMMANDS = {"$", "k8sjobs", "python", "python3", "kubectl", "pip"}
 
 
 @dataclass
@@ -208,6 +211,9 @@ def test_block(block: Block, tmp_path: Path) -> None:
     if block.info == "json":
         json.loads(block.code)
         return
+    if block.info in ("", "text"):
+        first = block.code.lstrip().split(" ", 1)[0]
+        assert first not in _COMMANDS, f"{block.name}: a command in a {block.info or 'bare'} block"
     if block.info not in _RUN:
         assert block.no_run is None, f"{block.name}: no-run on a block that is never run"
         return
