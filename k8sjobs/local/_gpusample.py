@@ -107,6 +107,9 @@ class GpuSampler:
         self._busy: float | None = None  # GPU-seconds so far (None: no answer yet)
         self._peak: int | None = None
         self._errors: dict[str, str] = {}  # the last failure of each query
+        # What a query gave instead of a number ("[N/A]" on a MIG slice): a figure that
+        # stayed 0 beside it is unknown, not 0.
+        self._unreadable: dict[str, str] = {}
 
     def start(self) -> None:
         """Start sampling (the first sample is taken at once)."""
@@ -123,12 +126,16 @@ class GpuSampler:
         with self._lock:
             if self._running is not None:
                 _kill_group(self._running)
-            figures = GpuFigures(self._busy, self._peak)
+            figures = GpuFigures()
             for name, value, query in (
                 ("gpu_seconds", self._busy, "utilization"),
                 ("gpu_memory_peak", self._peak, "apps"),
             ):
-                if value is None:
+                if not value and query in self._unreadable:
+                    figures.missing[name] = self._unreadable[query]
+                elif value is not None:
+                    setattr(figures, name, value)
+                else:
                     figures.missing[name] = self._errors.get(query) or (
                         f"the step ended before nvidia-smi answered (sampled every "
                         f"{self.interval:g}s)"
@@ -143,16 +150,20 @@ class GpuSampler:
     def _sample(self) -> None:
         apps = self._ask("apps", APPS_QUERY)
         if apps is not None:
-            used = _memory_of(apps, _members(self.session))
+            used, unreadable = _memory_of(apps, _members(self.session))
             with self._lock:
+                if unreadable:
+                    self._unreadable["apps"] = f"nvidia-smi gave {unreadable}"
                 self._peak = max(self._peak or 0, used)
         utilization = self._ask("utilization", GPU_QUERY)
         if utilization is not None:
             now = time.monotonic()
-            busy = _busy(utilization, self.devices) * (now - self._last)
-            self._last = now
+            busy, unreadable = _busy(utilization, self.devices)
+            elapsed, self._last = now - self._last, now
             with self._lock:
-                self._busy = (self._busy or 0.0) + busy
+                if unreadable:
+                    self._unreadable["utilization"] = f"nvidia-smi gave {unreadable}"
+                self._busy = (self._busy or 0.0) + (busy or 0.0) * elapsed
 
     def _ask(self, query: str, args: Sequence[str]) -> list[list[str]] | None:
         """Return nvidia-smi's CSV rows (None: it failed or was stopped; the reason is kept)."""
@@ -199,22 +210,31 @@ def _members(session: int) -> set[int]:
     return {pid for pid, member_session, _ in _scan_processes() if member_session == session}
 
 
-def _memory_of(rows: list[list[str]], pids: set[int]) -> int:
-    """Return the bytes of GPU memory the rows give the processes ``pids`` (MiB, nounits)."""
-    total = 0
+def _memory_of(rows: list[list[str]], pids: set[int]) -> tuple[int, str]:
+    """Return the bytes of GPU memory the rows give the processes ``pids`` (MiB, nounits),
+    and what nvidia-smi gave instead of a number for one of them ("" if nothing)."""
+    total, unreadable = 0, ""
     for row in rows:
-        if len(row) >= 3 and row[0].isdigit() and int(row[0]) in pids and row[2].isdigit():
-            total += int(row[2]) * _MIB
-    return total
+        if len(row) >= 3 and row[0].isdigit() and int(row[0]) in pids:
+            if row[2].isdigit():
+                total += int(row[2]) * _MIB
+            else:
+                unreadable = f"{row[2]!r} as used_memory of the step's process {row[0]}"
+    return total, unreadable
 
 
-def _busy(rows: list[list[str]], devices: frozenset[str]) -> float:
-    """Return the summed utilization (0-1 per device) of the container's devices."""
-    busy = 0.0
+def _busy(rows: list[list[str]], devices: frozenset[str]) -> tuple[float | None, str]:
+    """Return the summed utilization (0-1 per device) of the container's devices (None: no
+    device gave a number), and what nvidia-smi gave instead of a number ("" if nothing)."""
+    busy: float | None = None
+    unreadable = ""
     for row in rows:
-        if len(row) >= 3 and {row[0], row[1]} & devices and row[2].isdigit():
-            busy += int(row[2]) / 100
-    return busy
+        if len(row) >= 3 and {row[0], row[1]} & devices:
+            if row[2].isdigit():
+                busy = (busy or 0.0) + int(row[2]) / 100
+            else:
+                unreadable = f"{row[2]!r} as utilization.gpu of device {row[1] or row[0]}"
+    return busy, unreadable
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:

@@ -85,14 +85,16 @@ def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> Path:
     return fake
 
 
-async def _run(tmp_path: Path, fake: Path, env: dict[str, str]) -> tuple[Usage, float]:
+async def _run(
+    tmp_path: Path, fake: Path, env: dict[str, str], script: str = STEP
+) -> tuple[Usage, float]:
     backend = LocalBackend(state_dir=tmp_path / "state", cpu=2, gpus=DEVICES)
     begun = time.monotonic()
     async with Session(study="gpu-usage", backend=backend) as s:
         step = Step(
             name="train",
             shell="python",
-            script=STEP,
+            script=script,
             env={"FAKE": str(fake), **env},
             resources={"gpus": 1},
         )
@@ -186,6 +188,24 @@ def test_gpu_figures_and_reasons_travel_in_the_usage_line() -> None:
     # A Kubernetes line (no GPU words) says why there are no GPU figures.
     kube = parse_usage("k8sjobs-usage v1 src=cgroup2 wall_ms=1 gpus=GPU-1 gpu_req=1")
     assert "on Kubernetes" in kube.missing["gpu_seconds"]
+
+
+async def test_figures_nvidia_smi_cannot_give_are_missing_not_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _fake(tmp_path, monkeypatch, "answer")
+    # What nvidia-smi prints for a MIG slice or an unsupported device: no numbers.
+    (fake / "gpu.csv").write_text("0, GPU-uuid-0, [N/A]\n1, GPU-uuid-1, 100\n")
+    step = f"import os, pathlib; pathlib.Path('{fake}/apps.csv').write_text("
+    step += "f'{os.getpid()}, GPU-uuid-0, [N/A]\\n')\n" + STEP
+    usage, _ = await _run(tmp_path, fake, {"UTIL_CALLS": "3"}, step)
+    assert usage.gpu_seconds is None and usage.gpu_memory_peak is None
+    assert usage.missing["gpu_seconds"] == (
+        "nvidia-smi gave '[N/A]' as utilization.gpu of device GPU-uuid-0"
+    )
+    assert usage.missing["gpu_memory_peak"].startswith(
+        "nvidia-smi gave '[N/A]' as used_memory of the step's process "
+    )
 
 
 @pytest.mark.parametrize("value", ["fast", "0", "-1", "nan", "inf"])
