@@ -211,6 +211,17 @@ async def run_study(session: Session) -> dict[str, tuple[StepState, str]]:
     return {r.name: (r.state, await session.handles[r.name].logs()) for r in results}
 
 
+def priority_class(name: str) -> dict[str, Any]:
+    """Return a PriorityClass named ``name``, as a cluster admin would create it."""
+    meta = {"name": name}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": meta,
+        "value": 1000,
+    }
+
+
 async def test_the_same_study_runs_locally_and_on_the_fake_cluster(tmp_path: Path) -> None:
     from k8sjobs.testing import ControllerConfig, FakeCluster
 
@@ -230,6 +241,8 @@ async def test_the_same_study_runs_locally_and_on_the_fake_cluster(tmp_path: Pat
     ):
         configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}}
         cluster.store.create("configmaps", "default", {**configmap, "data": {"greeting": "hello"}})
+        # Admission refuses a pod naming a PriorityClass the cluster lacks, as a real one does.
+        cluster.store.create("priorityclasses", "", priority_class("normal"))
         there = await run_study(session)
         job = cluster.get("jobs", session.handles["consume"].object_name)
         assert job is not None
@@ -280,6 +293,15 @@ async def test_fake_cluster_refuses_nothing_of_a_full_volume_and_scheduling_step
         FakeCluster("simulate", directory=tmp_path, validation="always") as cluster,
         Session(study="full", backend="kubernetes", kubeconfig=cluster.kubeconfig_path) as session,
     ):
+        # What the step names must exist, as on a real cluster: admission refuses a pod whose
+        # classes are missing, and a kubelet waits for its ConfigMap and Secret volumes.
+        cluster.store.create("priorityclasses", "", priority_class("p"))
+        configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"}}
+        cluster.store.create("configmaps", "default", {**configmap, "data": {"k": "v"}})
+        named = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}
+        cluster.store.create("secrets", "default", {**named, "data": {"k": "dg=="}})
+        runtime = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "runc"}
+        cluster.store.create("runtimeclasses", "", {**runtime, "metadata": {"name": "r"}})
         handle = await session.submit(s)
         result = await handle.wait(timeout=30)
         assert result.state is StepState.SUCCEEDED, result.describe()
