@@ -158,7 +158,11 @@ def test_names_never_change_the_key(name: str, namespace: str, labels: dict[str,
     assert key(name=name, namespace=namespace, labels=labels) == key()
 
 
-@given(script=st.text(min_size=1, max_size=200), other=st.text(min_size=1, max_size=200))
+# A script holds no NUL byte (Step refuses one: no shell runs such a file).
+SCRIPTS = st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=200)
+
+
+@given(script=SCRIPTS, other=SCRIPTS)
 def test_two_scripts_share_a_key_only_when_equal(script: str, other: str) -> None:
     assert (key(script=script) == key(script=other)) == (script == other)
 
