@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._cluster import FakeCluster
-    from ._controller import ControllerConfig
-    from ._errors import ApiError
     from ._faults import Faults, RequestKey, RequestLog
     from ._kubelet import KubeletConfig, NodeConfig, PodPlan, SimulateRule
-    from ._store import Event, Store
+    from .apiserver.errors import ApiError
+    from .apiserver.store import Event, Store
+    from .controllers.job import ControllerConfig
 
 # Where each public name lives. Imported on first use, so that the pytest plugin (loaded in
 # every pytest run of every project that installs k8sjobs) does not pay for aiohttp & co.
 _HOMES = {
-    "ApiError": "_errors",
-    "ControllerConfig": "_controller",
-    "Event": "_store",
+    "ApiError": "apiserver.errors",
+    "ControllerConfig": "controllers.job",
+    "Event": "apiserver.store",
     "FakeCluster": "_cluster",
     "Faults": "_faults",
     "KubeletConfig": "_kubelet",
@@ -37,7 +37,7 @@ _HOMES = {
     "RequestKey": "_faults",
     "RequestLog": "_faults",
     "SimulateRule": "_kubelet",
-    "Store": "_store",
+    "Store": "apiserver.store",
 }
 
 

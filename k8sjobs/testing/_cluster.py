@@ -21,18 +21,18 @@ from typing import Any
 import yaml
 
 from .. import _gcpace
-from ._admission import PodAdmission
-from ._apiserver import ApiServer
-from ._controller import ControllerConfig, JobController
-from ._eviction import evict
 from ._faults import Faults, RequestLog
-from ._flux_operator import FluxOperator
 from ._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
-from ._namespaces import NamespaceController
-from ._quota import QuotaController
-from ._resources import Validator
-from ._store import Obj, Store
 from ._tls import make_certificates
+from .apiserver.admission import PodAdmission
+from .apiserver.eviction import evict
+from .apiserver.namespaces import NamespaceController
+from .apiserver.quota import QuotaController
+from .apiserver.resources import Validator
+from .apiserver.server import ApiServer
+from .apiserver.store import Obj, Store
+from .controllers.flux_operator import FluxOperator
+from .controllers.job import ControllerConfig, JobController
 
 
 class FakeCluster:

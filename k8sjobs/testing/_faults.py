@@ -13,7 +13,7 @@ import collections
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ._errors import ApiError
+from .apiserver.errors import ApiError
 
 _REASONS = {
     429: ("TooManyRequests", "Too many requests, please try again later."),

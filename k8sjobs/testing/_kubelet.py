@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..steps.quantity import parse_quantity
-from ._errors import ApiError
-from ._events import record_event
-from ._podresources import pod_resources
-from ._store import Event, Obj, Store, now_rfc3339
+from .apiserver.errors import ApiError
+from .apiserver.events import record_event
+from .apiserver.podresources import pod_resources
+from .apiserver.store import Event, Obj, Store, now_rfc3339
 
 ANNOTATION_PREFIX = "fake.k8sjobs.io/"
 _MOUNT_RETRY_CAP = 122.0  # a real kubelet's longest wait between two mount tries

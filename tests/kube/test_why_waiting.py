@@ -14,7 +14,7 @@ from pathlib import Path
 from k8sjobs.state import StepState
 from k8sjobs.steps.spec import Step
 from k8sjobs.testing import FakeCluster
-from k8sjobs.testing._events import record_event
+from k8sjobs.testing.apiserver.events import record_event
 
 from ..waiting import wait_until
 from .kubehelpers import session, step

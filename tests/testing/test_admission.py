@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from k8sjobs.testing import FakeCluster
-from k8sjobs.testing._podresources import Quantity
+from k8sjobs.testing.apiserver.podresources import Quantity
 
 from .conftest import call, wait_until
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from k8sjobs.testing import FakeCluster
-from k8sjobs.testing._selectors import FIELD_LABELS
+from k8sjobs.testing.apiserver.selectors import FIELD_LABELS
 
 from .conftest import wait_until
 from .test_apiserver import job_body
@@ -110,7 +110,8 @@ async def test_unsupported_field_selector_is_a_400_status(http: aiohttp.ClientSe
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(sorted(FIELD_LABELS)), st.text("abcdefghijklmnopqrstuvwxyz.", min_size=1))
 def test_only_each_resource_s_field_labels_are_accepted(resource: str, path: str) -> None:
-    from k8sjobs.testing import _errors, _selectors
+    from k8sjobs.testing.apiserver import errors as _errors
+    from k8sjobs.testing.apiserver import selectors as _selectors
 
     supported = ("metadata.name", "metadata.namespace", *FIELD_LABELS[resource])
     try:

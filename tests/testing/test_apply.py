@@ -10,7 +10,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k8sjobs.testing import FakeCluster, _apply
+from k8sjobs.testing import FakeCluster
+from k8sjobs.testing.apiserver import apply as _apply
 
 from .conftest import call
 from .crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from k8sjobs.testing import FakeCluster
-from k8sjobs.testing._events import record_event
+from k8sjobs.testing.apiserver.events import record_event
 
 from .conftest import call, wait_until
 

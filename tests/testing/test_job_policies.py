@@ -19,7 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k8sjobs.testing import FakeCluster, KubeletConfig, NodeConfig, PodPlan
-from k8sjobs.testing._job_policies import format_indexes, match_success_policy, parse_indexes
+from k8sjobs.testing.controllers.job_policies import (
+    format_indexes,
+    match_success_policy,
+    parse_indexes,
+)
 
 from .conftest import FAST, api_client, batch_api, core_api, wait_until
 from .test_controller_and_kubelet import conditions, finished, job_body

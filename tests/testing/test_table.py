@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k8sjobs.testing import FakeCluster
-from k8sjobs.testing._table import human_duration
+from k8sjobs.testing.apiserver.table import human_duration
 
 from .conftest import call, wait_until
 from .crdhelpers import GROUP, VERSION, define, minicluster, minicluster_crd

@@ -8,10 +8,10 @@ users read them from the Job's conditions.
 
 from __future__ import annotations
 
-from ..render.jobindex import format_indexes as format_indexes
-from ..render.jobindex import match_success_policy as match_success_policy
-from ..render.jobindex import parse_indexes as parse_indexes
-from ._store import Obj
+from ...render.jobindex import format_indexes as format_indexes
+from ...render.jobindex import match_success_policy as match_success_policy
+from ...render.jobindex import parse_indexes as parse_indexes
+from ..apiserver.store import Obj
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"

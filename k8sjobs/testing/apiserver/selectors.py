@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _errors
+from . import errors as _errors
 
 Predicate = Callable[[dict[str, Any]], bool]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import ApiError
+from .errors import ApiError
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _NOT_OLDER = "NotOlderThan"

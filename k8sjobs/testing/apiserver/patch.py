@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import _errors
+from . import errors as _errors
 
 _MERGE_KEYS = {
     "ownerReferences": "uid",

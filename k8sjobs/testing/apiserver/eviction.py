@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _errors
-from ._store import Obj, Store, copy_obj, now_rfc3339
+from . import errors as _errors
+from .store import Obj, Store, copy_obj, now_rfc3339
 
 DISRUPTION_TARGET = "DisruptionTarget"
 

@@ -19,9 +19,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from . import _errors, _openapi
-from ._resources import Resource, cause
-from ._store import Event, Obj, Store, now_rfc3339
+from . import errors as _errors
+from . import openapi as _openapi
+from .resources import Resource, cause
+from .store import Event, Obj, Store, now_rfc3339
 
 CRD_PLURAL = "customresourcedefinitions"
 CRD_GROUP = "apiextensions.k8s.io"

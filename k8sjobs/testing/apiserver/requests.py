@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from . import _decoding, _errors
-from ._errors import ApiError
+from . import decoding as _decoding
+from . import errors as _errors
+from .errors import ApiError
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
 JSON = "application/json"

@@ -22,11 +22,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from . import _job_policies as policies
-from ._errors import ApiError
-from ._events import record_event
-from ._job_policies import INDEX_KEY, format_indexes, parse_indexes, pod_index
-from ._store import Event, Obj, Store, copy_obj, now_rfc3339
+from ..apiserver.errors import ApiError
+from ..apiserver.events import record_event
+from ..apiserver.store import Event, Obj, Store, copy_obj, now_rfc3339
+from . import job_policies as policies
+from .job_policies import INDEX_KEY, format_indexes, parse_indexes, pod_index
 
 log = logging.getLogger(__name__)
 

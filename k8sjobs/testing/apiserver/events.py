@@ -30,8 +30,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import ApiError
-from ._store import Obj, Store, now_rfc3339
+from .errors import ApiError
+from .store import Obj, Store, now_rfc3339
 
 GROUP = "events.k8s.io"
 _SIMILAR_MAX = 10  # distinct messages before they are combined (EventAggregator)

@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import time
 
-from . import _errors
-from ._errors import ApiError
-from ._store import Event, Store
+from . import errors as _errors
+from .errors import ApiError
+from .store import Event, Store
 
 IMMORTAL = ("default", "kube-system", "kube-public")
 

@@ -14,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import _errors
-from ._podresources import (
+from . import errors as _errors
+from .podresources import (
     Quantity,
     container_resources,
     default_requests_from_limits,
     parse_list,
     pod_resources,
 )
-from ._resources import Resource
-from ._store import Obj, Store
+from .resources import Resource
+from .store import Obj, Store
 
 LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
 DEFAULT_PREEMPTION = "PreemptLowerPriority"

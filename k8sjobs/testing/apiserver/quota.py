@@ -21,10 +21,10 @@ import contextlib
 from fractions import Fraction
 from typing import Any
 
-from . import _errors
-from ._podresources import ZERO, Quantity, Resources, container_resources, pod_resources
-from ._resources import Resource
-from ._store import Event, Obj, Store
+from . import errors as _errors
+from .podresources import ZERO, Quantity, Resources, container_resources, pod_resources
+from .resources import Resource
+from .store import Event, Obj, Store
 
 _TERMINAL = ("Succeeded", "Failed")
 # The resources whose quota makes every container state a value (the pod evaluator's

@@ -26,9 +26,10 @@ import copy
 import json
 from typing import Any
 
-from . import _errors, _patch
-from ._resources import Resource
-from ._store import Obj, now_rfc3339
+from . import errors as _errors
+from . import patch as _patch
+from .resources import Resource
+from .store import Obj, now_rfc3339
 
 Element = tuple[str, str]  # ("f", field) | ("k", json of the item's keys) | ("v", json value)
 Path = tuple[Element, ...]

@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _errors
-from ._podresources import default_requests_from_limits
+from . import errors as _errors
+from .podresources import default_requests_from_limits
 
 SCHEMA_VERSION = "1.36.0"
 MAX_DATA_BYTES = 1024 * 1024

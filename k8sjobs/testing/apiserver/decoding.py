@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import _errors
-from ._errors import ApiError
+from . import errors as _errors
+from .errors import ApiError
 
 MAX_DEPTH = 10_000  # encoding/json's maxNestingDepth
 # Types with their own UnmarshalJSON: what each takes.
@@ -265,7 +265,7 @@ def bad_patch(content_type: str, patch: Any) -> ApiError | None:
 
 @functools.cache
 def _definitions() -> dict[str, Any]:
-    from ._resources import SCHEMA_VERSION, schema_validator
+    from .resources import SCHEMA_VERSION, schema_validator
 
     kubernetes_validate = schema_validator()
     if kubernetes_validate is None:

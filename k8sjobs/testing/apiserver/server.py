@@ -20,27 +20,25 @@ from typing import Any, Protocol
 import yaml
 from aiohttp import web
 
-from . import (
-    _apply,
-    _catalog,
-    _decoding,
-    _errors,
-    _events,
-    _listoptions,
-    _patch,
-    _requests,
-    _selectors,
-    _table,
-)
-from ._crd import CRD_PLURAL, CrdController, check_unknown_fields
-from ._discovery import DISCOVERY
-from ._errors import ApiError
-from ._eviction import evict, eviction_grace
-from ._eviction import success_status as eviction_status
-from ._faults import Faults, RequestKey, RequestLog
-from ._namespaces import admit_delete
-from ._resources import Resource
-from ._store import Obj, Store, Watcher, copy_obj
+from .._faults import Faults, RequestKey, RequestLog
+from . import apply as _apply
+from . import catalog as _catalog
+from . import decoding as _decoding
+from . import errors as _errors
+from . import events as _events
+from . import listoptions as _listoptions
+from . import patch as _patch
+from . import requests as _requests
+from . import selectors as _selectors
+from . import table as _table
+from .crd import CRD_PLURAL, CrdController, check_unknown_fields
+from .discovery import DISCOVERY
+from .errors import ApiError
+from .eviction import evict, eviction_grace
+from .eviction import success_status as eviction_status
+from .namespaces import admit_delete
+from .resources import Resource
+from .store import Obj, Store, Watcher, copy_obj
 
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"

@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _errors
-from ._resources import RESOURCES, Resource, Validator, apply_defaults
+from . import errors as _errors
+from .resources import RESOURCES, Resource, Validator, apply_defaults
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]

@@ -28,9 +28,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from ._errors import ApiError
-from ._kubelet import Kubelet, PodPlan
-from ._store import Event, Obj, Store
+from .._kubelet import Kubelet, PodPlan
+from ..apiserver.errors import ApiError
+from ..apiserver.store import Event, Obj, Store
 
 GROUP = "flux-framework.org"
 PLURAL = "miniclusters"

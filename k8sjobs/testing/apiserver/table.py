@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ._resources import Resource
+from .resources import Resource
 
 Obj = dict[str, Any]
 Column = dict[str, Any]

@@ -17,9 +17,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ._crd import CustomKind
-from ._discovery import DISCOVERY
-from ._resources import Resource
+from .crd import CustomKind
+from .discovery import DISCOVERY
+from .resources import Resource
 
 _CUSTOM_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 _ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
