@@ -7,15 +7,19 @@ and exits at once on the next; 128Mi is too little, 256Mi enough.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pydantic
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from k8sjobs import Session, Step, StepState
 from k8sjobs.local import LocalBackend
+from k8sjobs.steps.spec import MAX_OOM_ATTEMPTS
 from k8sjobs.testing import ControllerConfig, FakeCluster
 
 MIB = 1024 * 1024
@@ -104,3 +108,37 @@ def test_a_grown_attempt_asks_for_more_and_keeps_the_step_s_spec_hash(tmp_path: 
     assert grown.job["metadata"]["annotations"][ANNOTATION_MEMORY_ATTEMPT] == str(256 * MIB)
     assert ANNOTATION_MEMORY_ATTEMPT not in plain.job["metadata"]["annotations"]
     assert ANNOTATION_MEMORY_ATTEMPT not in grown.configmap["metadata"]["annotations"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    factor=st.floats(min_value=1.0, max_value=1024.0, exclude_min=True, allow_nan=False),
+    memory=st.integers(min_value=MIB, max_value=2**44),
+    headroom=st.integers(min_value=0, max_value=2**44),
+)
+def test_every_factor_and_memory_either_grows_each_attempt_within_the_bound_or_is_refused(
+    factor: float, memory: int, headroom: int
+) -> None:
+    grow = {"factor": factor, "max": memory + headroom}
+    try:
+        step = Step(name="a", script="true", resources={"memory": str(memory)}, retry_oom=grow)
+    except pydantic.ValidationError as exc:
+        assert "retry_oom" in str(exc) and "attempts" in str(exc), exc
+        assert "raise factor or lower max" in str(exc)
+        return
+    assert step.retry_oom is not None
+    sizes = step.retry_oom.attempts_from(memory)
+    assert len(sizes) <= MAX_OOM_ATTEMPTS
+    assert all(later > earlier for earlier, later in itertools.pairwise(sizes)), sizes
+    assert sizes[-1] == memory + headroom  # the last attempt ran at max
+    assert step.retry_oom.next_memory(sizes[-1]) is None
+
+
+def test_a_factor_that_cannot_grow_the_memory_is_refused_at_load() -> None:
+    with pytest.raises(pydantic.ValidationError, match=r"more than 20 attempts from .* 1Mi"):
+        Step(
+            name="a",
+            script="true",
+            resources={"memory": "1Mi"},
+            retry_oom={"factor": 1.0000001, "max": "64Gi"},
+        )

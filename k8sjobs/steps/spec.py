@@ -358,6 +358,12 @@ class Resources(_Model):
         return None if self.memory is None else parse_quantity(self.memory)
 
 
+#: The most attempts a ``retry_oom`` step may make (the first included); more is refused at load.
+MAX_OOM_ATTEMPTS = 20
+#: What a grown attempt's memory is rounded up to, so that each attempt asks for more.
+OOM_MEMORY_UNIT = 1024 * 1024
+
+
 class RetryOOM(_Model):
     """Run an OOMKilled step again with more memory: ``factor`` times the last attempt's,
     up to ``max`` (a quantity or bytes). The attempt that ran at ``max`` is the last.
@@ -382,10 +388,25 @@ class RetryOOM(_Model):
 
     def next_memory(self, current: int) -> int | None:
         """Return the next attempt's memory after one that ran out with ``current`` bytes,
-        or None when ``current`` was already the most allowed."""
+        or None when ``current`` was already the most allowed.
+
+        Always more than ``current``: ``factor`` times it, rounded up to a whole MiB (a
+        factor such as 1.0000001 would otherwise ask for the same bytes again, forever).
+        """
         if current >= self.max_bytes:
             return None
-        return min(int(current * self.factor), self.max_bytes)
+        grown = max(math.ceil(current * self.factor), current + 1)
+        return min(-(-grown // OOM_MEMORY_UNIT) * OOM_MEMORY_UNIT, self.max_bytes)
+
+    def attempts_from(self, memory: int) -> list[int]:
+        """Return the memory of every attempt from ``memory`` up to ``max``, stopping after
+        ``MAX_OOM_ATTEMPTS + 1`` sizes (enough to tell the step makes too many)."""
+        sizes = [memory]
+        following = self.next_memory(memory)
+        while following is not None and len(sizes) <= MAX_OOM_ATTEMPTS:
+            sizes.append(following)
+            following = self.next_memory(following)
+        return sizes
 
 
 class SecretKeyRef(_Model):
@@ -892,6 +913,13 @@ class Step(_Model):
                 "raise max or lower memory"
             )
             raise _field_error("Step", ("retry_oom", "max"), message, grow.max)
+        if len(grow.attempts_from(memory)) > MAX_OOM_ATTEMPTS:
+            message = (
+                f"retry_oom factor {grow.factor} takes more than {MAX_OOM_ATTEMPTS} attempts "
+                f"from resources.memory {self.resources.memory} to max {grow.max}; "
+                "raise factor or lower max"
+            )
+            raise _field_error("Step", ("retry_oom", "factor"), message, grow.factor)
         return self
 
     @model_validator(mode="after")
