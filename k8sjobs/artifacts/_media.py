@@ -213,6 +213,8 @@ def decode_manifest(data: bytes, where: str, content_type: str | None = None) ->
     """
     try:
         body = json.loads(data)
+    except RecursionError:
+        raise RegistryError(f"The manifest of {where} nests too deep to read.") from None
     except ValueError as exc:
         raise RegistryError(f"The manifest of {where} is not JSON.") from exc
     if not isinstance(body, dict):

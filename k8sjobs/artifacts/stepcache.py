@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from .._version import __version__
-from ..errors import ArtifactNotFound, RegistryError
+from ..errors import ArtifactNotFound, InvalidReference, RegistryError
 from . import _media
 from ._media import Descriptor
 from ._reference import Reference, parse_reference, pin
@@ -35,7 +36,9 @@ __all__ = [
     "CachedOutput",
     "ResultRecord",
     "StepCache",
+    "UnreadableRecord",
     "content_digest",
+    "keys_of_tags",
     "record_reference",
 ]
 
@@ -107,32 +110,124 @@ class ResultRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> ResultRecord:
-        """Return the record in ``data``; raise ValueError (or KeyError) when malformed."""
+        """Return the record in ``data``, or raise UnreadableRecord naming the first field
+        that is missing, of the wrong type or out of bounds.
 
-        def when(value: Any) -> datetime | None:
-            return None if value is None else datetime.fromisoformat(str(value))
-
-        outputs = {}
-        for name, out in dict(data["outputs"]).items():
-            manifest = base64.b64decode(out["manifest"], validate=True)
-            reference = str(out["reference"])
-            digest = reference.rpartition("@")[2]
-            if _media.digest_like(manifest, digest) != digest:
-                raise ValueError(f'output "{name}": its manifest does not match {reference}')
-            outputs[str(name)] = CachedOutput(reference, manifest, str(out["media_type"]))
+        A record comes from a store that any tool (or another team) writes, so every field
+        is checked before use: a value of another type, a number out of range, a reference
+        that is not pinned or a manifest that does not match it makes the record unreadable
+        (the step runs anew), never an error of the step.
+        """
+        top = _object(data, "the record")
+        outputs_field = _object(top.get("outputs"), "outputs")
+        if len(outputs_field) > MAX_RECORD_OUTPUTS:
+            count = len(outputs_field)
+            raise UnreadableRecord(f"outputs: {count} of them, over {MAX_RECORD_OUTPUTS}")
+        outputs = {
+            _text(name, "outputs", _NAME_LIMIT): _output(name, out)
+            for name, out in outputs_field.items()
+        }
         return cls(
-            key=str(data["key"]),
-            study=str(data["study"]),
-            step=str(data["step"]),
+            key=_text(top.get("key"), "key", _NAME_LIMIT),
+            study=_text(top.get("study"), "study", _NAME_LIMIT),
+            step=_text(top.get("step"), "step", _NAME_LIMIT),
             outputs=outputs,
-            exit_code=int(data["exit_code"]),
-            started_at=when(data.get("started_at")),
-            finished_at=when(data.get("finished_at")),
-            backend=str(data.get("backend", "")),
-            namespace=str(data.get("namespace", "")),
-            object_name=str(data.get("object_name", "")),
-            version=str(data.get("k8sjobs_version", "")),
+            exit_code=_exit_code(top.get("exit_code")),
+            started_at=_when(top.get("started_at"), "started_at"),
+            finished_at=_when(top.get("finished_at"), "finished_at"),
+            backend=_text(top.get("backend", ""), "backend", _NAME_LIMIT),
+            namespace=_text(top.get("namespace", ""), "namespace", _NAME_LIMIT),
+            object_name=_text(top.get("object_name", ""), "object_name", _NAME_LIMIT),
+            version=_text(top.get("k8sjobs_version", ""), "k8sjobs_version", _NAME_LIMIT),
         )
+
+    @classmethod
+    def from_annotation(cls, text: object) -> ResultRecord:
+        """Return the record a result manifest's annotation holds (JSON text), bounded in
+        size and nesting before it is parsed; raise UnreadableRecord saying what is wrong."""
+        if not isinstance(text, str):
+            raise UnreadableRecord(f"the annotation is a {type(text).__name__}, not JSON text")
+        if len(text) > MAX_RECORD_CHARS:
+            raise UnreadableRecord(f"{len(text)} characters, over {MAX_RECORD_CHARS}")
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise UnreadableRecord("its JSON nests too deep to read") from None
+        except ValueError as exc:
+            raise UnreadableRecord(f"not JSON ({exc})") from None
+        return cls.from_json(data)
+
+
+class UnreadableRecord(ValueError):
+    """A result record that cannot stand for a step (malformed, foreign, out of bounds)."""
+
+
+#: Bounds on one result record: its JSON text, its outputs, each name and text field.
+MAX_RECORD_CHARS = _media.MAX_MANIFEST_BYTES
+MAX_RECORD_OUTPUTS = 1024
+_NAME_LIMIT = 1024
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+)
+
+
+def _object(value: object, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UnreadableRecord(f"{field}: a JSON {_kind(value)}, not an object")
+    return value
+
+
+def _text(value: object, field: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise UnreadableRecord(f"{field}: a JSON {_kind(value)}, not a string")
+    if len(value) > limit:
+        raise UnreadableRecord(f"{field}: {len(value)} characters, over {limit}")
+    return value
+
+
+def _exit_code(value: object) -> int:
+    # bool is an int in Python, and 1e400 is a float (inf): neither is an exit code
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 255:
+        raise UnreadableRecord(f"exit_code: {str(value)[:40]!r} is not an exit code (0-255)")
+    return value
+
+
+def _when(value: object, field: str) -> datetime | None:
+    if value is None:
+        return None
+    text = _text(value, field, 64)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise UnreadableRecord(f"{field}: {text!r} is not an ISO 8601 time") from None
+
+
+def _output(name: str, value: object) -> CachedOutput:
+    field = f'outputs "{str(name)[:80]}"'
+    out = _object(value, field)
+    reference = _text(out.get("reference"), f"{field}.reference", _NAME_LIMIT)
+    media_type = _text(out.get("media_type"), f"{field}.media_type", 255)
+    encoded = _text(out.get("manifest"), f"{field}.manifest", MAX_RECORD_CHARS)
+    if not _MEDIA_TYPE.fullmatch(media_type):
+        raise UnreadableRecord(f"{field}.media_type: {media_type[:80]!r} is not a media type")
+    try:
+        pinned = parse_reference(reference)
+    except InvalidReference as exc:
+        raise UnreadableRecord(f"{field}.reference: {exc}") from None
+    if pinned.digest is None:
+        raise UnreadableRecord(f"{field}.reference: {reference[:200]!r} is not pinned by digest")
+    try:
+        manifest = base64.b64decode(encoded, validate=True)
+    except ValueError:
+        raise UnreadableRecord(f"{field}.manifest: not base64") from None
+    if _media.digest_like(manifest, pinned.digest) != pinned.digest:
+        raise UnreadableRecord(f"{field}: its manifest does not match {reference[:200]}")
+    return CachedOutput(reference, manifest, media_type)
+
+
+def _kind(value: object) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
 
 
 class CacheStore(Protocol):
@@ -175,9 +270,19 @@ def content_digest(manifest: bytes, where: str = "an input") -> str:
 def record_reference(key: str) -> str:
     """Return the reference of the record for ``key`` (``k8sjobs/cache:<hex>``)."""
     algorithm, _, hexpart = key.partition(":")
-    if algorithm != "sha256" or len(hexpart) != 64:
-        raise ValueError(f'"{key}" is not a step key (sha256:<64 hex digits>)')
+    if algorithm != "sha256" or not _KEY_HEX.fullmatch(hexpart):
+        raise ValueError(f'"{key[:80]}" is not a step key (sha256:<64 hex digits>)')
     return f"{CACHE_REPOSITORY}:{hexpart}"
+
+
+def keys_of_tags(tags: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Return the step keys the tags of ``k8sjobs/cache`` name, and the tags that name none
+    (pushed there by hand or by another tool: ``0-backup``), which are left alone."""
+    keys = [f"sha256:{tag}" for tag in tags if _KEY_HEX.fullmatch(tag)]
+    return sorted(keys), sorted(tag for tag in tags if not _KEY_HEX.fullmatch(tag))
+
+
+_KEY_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class StepCache:
@@ -202,21 +307,24 @@ class StepCache:
         One manifest GET. A record that does not parse, or that names another key, is
         ignored (and logged): it can only make the step run again, never stand for it.
         """
-        ref = self._ref(record_reference(key))
-        self.requests += 1
         try:
-            data, _, _ = await self.store.get_manifest(ref)
+            return await self.read(key)
         except ArtifactNotFound:
             return None
-        try:
-            manifest = _media.decode_manifest(data, str(ref))
-            record = ResultRecord.from_json(json.loads(manifest.annotations[_ANNOTATION]))
-        except (KeyError, ValueError, TypeError, RegistryError) as exc:
-            _log.warning("ignoring the unreadable step result %s: %s", ref, exc)
+        except (UnreadableRecord, RegistryError) as exc:
+            _log.warning("ignoring the unreadable step result %s: %s", record_reference(key), exc)
             return None
+
+    async def read(self, key: str) -> ResultRecord:
+        """Return the record of ``key``; raise ArtifactNotFound when there is none,
+        UnreadableRecord (or RegistryError) saying why one cannot stand for the step."""
+        ref = self._ref(record_reference(key))
+        self.requests += 1
+        data, _, _ = await self.store.get_manifest(ref)
+        manifest = _media.decode_manifest(data, str(ref))
+        record = ResultRecord.from_annotation(manifest.annotations.get(_ANNOTATION))
         if record.key != key:
-            _log.warning("ignoring the step result %s: it records key %s", ref, record.key)
-            return None
+            raise UnreadableRecord(f"it records key {record.key[:80]!r}, not its own tag's")
         return record
 
     async def save(self, record: ResultRecord) -> None:

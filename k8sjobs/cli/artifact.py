@@ -170,40 +170,68 @@ async def _lineage(args: argparse.Namespace) -> None:
         print("\n".join(tree.lines()))
 
 
-async def _cache_records(args: argparse.Namespace) -> list[Any]:
-    """Return the step cache's records in the chosen store, with the store's cache."""
-    from ..artifacts.stepcache import CACHE_REPOSITORY
+async def _cache_keys(store: ArtifactStore) -> list[str]:
+    """Return the step keys recorded in ``store``; say on stderr how many tags of the cache's
+    repository are not step keys (skipped, never deleted). A store that is not there is an
+    error (exit 1), not an empty cache."""
+    from ..artifacts.stepcache import CACHE_REPOSITORY, keys_of_tags
 
-    async with _store(args) as store:
-        try:
-            keys = await store.tags(CACHE_REPOSITORY)
-        except ArtifactNotFound:
-            keys = []
-        return [f"sha256:{k}" for k in sorted(keys)]
+    root = getattr(store, "root", None)
+    if isinstance(root, Path) and not (root / "oci-layout").is_file():
+        raise ArtifactNotFound(
+            f"no OCI layout at {root} (no oci-layout file there): name the store a run wrote "
+            "its outputs to, --store oci:DIR or --store HOST/PREFIX"
+        )
+    try:
+        tags = await store.tags(CACHE_REPOSITORY)
+    except ArtifactNotFound:
+        tags = []
+    keys, foreign = keys_of_tags(tags)
+    if foreign:
+        shown = ", ".join(printable(tag) for tag in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        print(
+            f"skipped {len(foreign)} tag{'s' if len(foreign) != 1 else ''} of "
+            f"{CACHE_REPOSITORY} that {'are' if len(foreign) != 1 else 'is'} not a step key: "
+            f"{shown}{more}",
+            file=sys.stderr,
+        )
+    return keys
 
 
 async def _cache_ls(args: argparse.Namespace) -> None:
-    from ..artifacts.stepcache import StepCache
+    from ..artifacts.stepcache import StepCache, UnreadableRecord
 
-    keys = await _cache_records(args)
     async with _store(args) as store:
         cache = StepCache(store)  # type: ignore[arg-type]
-        for key in keys:
-            record = await cache.lookup(key)
-            if record is not None:
-                when = record.finished_at.isoformat() if record.finished_at else "?"
-                print(f"{key[:19]}  {record.study}/{record.step}  {when}  {record.backend}")
+        for key in await _cache_keys(store):
+            try:
+                record = await cache.read(key)
+            except ArtifactNotFound:
+                continue  # deleted since it was listed
+            except (UnreadableRecord, RegistryError) as exc:
+                print(f"{key[:19]}  unreadable (a run ignores it): {printable(str(exc))[:200]}")
+                continue
+            when = record.finished_at.isoformat() if record.finished_at else "?"
+            where = printable(f"{record.study}/{record.step}")
+            print(f"{key[:19]}  {where}  {when}  {printable(record.backend)}")
 
 
 async def _cache_clear(args: argparse.Namespace) -> None:
     from ..artifacts.stepcache import StepCache
 
-    keys = await _cache_records(args)
     async with _store(args) as store:
         cache = StepCache(store)  # type: ignore[arg-type]
+        keys = await _cache_keys(store)
         for key in keys:
             await cache.forget(key)
     print(f"forgot {len(keys)} recorded result{'s' if len(keys) != 1 else ''}")
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with its control characters escaped: tags and records come from the
+    store, which another tool may have written, and must not drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
