@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .apiserver.errors import ApiError
     from .apiserver.store import Event, Store
     from .controllers.job import ControllerConfig
+    from .controllers.jobset import jobset_crd
 
 # Where each public name lives. Imported on first use, so that the pytest plugin (loaded in
 # every pytest run of every project that installs k8sjobs) does not pay for aiohttp & co.
@@ -38,6 +39,7 @@ _HOMES = {
     "RequestLog": "_faults",
     "SimulateRule": "_kubelet",
     "Store": "apiserver.store",
+    "jobset_crd": "controllers.jobset",
 }
 
 
@@ -61,4 +63,5 @@ __all__ = [
     "RequestLog",
     "SimulateRule",
     "Store",
+    "jobset_crd",
 ]

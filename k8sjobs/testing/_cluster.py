@@ -33,6 +33,7 @@ from .apiserver.server import ApiServer
 from .apiserver.store import Obj, Store
 from .controllers.flux_operator import FluxOperator
 from .controllers.job import ControllerConfig, JobController
+from .controllers.jobset import JobSetController, JobSetWebhook
 
 
 class FakeCluster:
@@ -95,11 +96,16 @@ class FakeCluster:
             config.handoff = handoff
         if config.root is None:
             config.root = self.directory / "pods"
-        self.store.admission = [PodAdmission(self.store), QuotaController(self.store)]
+        self.store.admission = [
+            PodAdmission(self.store),
+            QuotaController(self.store),
+            JobSetWebhook(),  # after PodAdmission: a JobSet pod's priority label needs it
+        ]
         self.controller = JobController(self.store, controller)
         self.kubelet = Kubelet(self.store, config)
         self.namespaces = NamespaceController(self.store, linger=namespace_linger)
         self.flux_operator = FluxOperator(self.store, self.kubelet)  # once its CRD is installed
+        self.jobset_controller = JobSetController(self.store, f"jobset-{config.node.name}")
         self.faults = Faults(
             drop_watches=self.store.drop_watches,
             compact=self.store.compact,
