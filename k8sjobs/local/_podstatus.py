@@ -53,15 +53,24 @@ class PodStatus:
             state = {"reason": "CreateContainerConfigError", "message": message}
             self.containers[name]["state"] = {"waiting": state}
 
-    def running(self, name: str, pid: int | None, started_at: str) -> None:
-        """Record a container running: a process, or (pid None) an in-process handoff."""
+    def running(self, name: str, pid: int | None, started_at: str, *, probed: bool = False) -> None:
+        """Record a container running: a process, or (pid None) an in-process handoff.
+
+        Running is ready, unless a readiness probe decides (``probed``: see ``ready``).
+        """
         status = self.containers[name]
         status.update(
             state={"running": {"startedAt": started_at}},
             containerID=f"local://{pid if pid is not None else 'in-process'}",
             started=True,
-            ready=name not in self._init_names,  # no readiness probes: running is ready
+            ready=name not in self._init_names and not probed,
         )
+
+    def ready(self, name: str, ready: bool) -> None:
+        """Record a running container's readiness probe passing (or failing again)."""
+        status = self.containers[name]
+        if "running" in status["state"]:
+            status["ready"] = ready
 
     def terminated(
         self,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from ._faults import kill_point
 from ._gpusample import GpuSampler, sampler_for
 from ._handoff import HandoffCall, InProcessHandoff, recognise
 from ._podstatus import PodStatus, StatusSink, now
+from ._probes import probed, run_readiness
 from ._process import (
     EPOCH,
     START_ERROR_EXIT,
@@ -309,6 +310,29 @@ class _PodRun:
             memory_limit=parse_bytes(limit) if limit is not None else None,
         )
 
+    def _container(self, name: str) -> Mapping[str, Any]:
+        return next((c for c in self.spec.get("containers") or [] if c["name"] == name), {})
+
+    def _start_probe(
+        self, container: Mapping[str, Any], launch: Launch
+    ) -> asyncio.Task[None] | None:
+        """Start the container's readiness probe (``_probes``), or return None if it has none."""
+        if not probed(container):
+            return None
+        paths = PathMap.for_container(container, self.volumes, self.sandbox)
+        declared = declared_env(container, self.pod, self.sources)
+
+        def argv(words: Sequence[str]) -> list[str]:
+            return [paths.translate(expand(word, declared)) for word in words]
+
+        def set_ready(ready: bool) -> None:
+            self.status.ready(launch.name, ready)
+            self.status.report()
+
+        return asyncio.ensure_future(
+            run_readiness(container, launch.env, launch.cwd, argv, set_ready)
+        )
+
     def _termination_log(self, container: str) -> Path:
         """Return where a container writes its termination message (terminationMessagePath)."""
         return self.sandbox / "logs" / f"{container}.termination-log"
@@ -359,8 +383,10 @@ class _PodRun:
             raise
         kill_point("container-started")  # before the record says it runs: adopted all the same
         started = now()
-        self.status.running(name, pid, started)
+        container = self._container(name)
+        self.status.running(name, pid, started, probed=probed(container))
         self.status.report()
+        readiness = self._start_probe(container, launch)
         supervisor = Supervisor(process, pid, launch.memory_limit, self.kill_grace, self.memory)
         own = not name.startswith("k8sjobs-")  # the step's own containers, not the handoff's
         sampler = sampler_for(pid, launch.env) if own else None
@@ -370,6 +396,8 @@ class _PodRun:
             await supervisor.wait()
             kill_point("container-exited")  # ended unseen: adopted from its exit file
         finally:
+            if readiness is not None:
+                readiness.cancel()
             exit_code, reason = supervisor.outcome()
             message = termination_message(self._termination_log(name))
             if own:

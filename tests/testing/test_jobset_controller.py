@@ -1,0 +1,175 @@
+"""The fake's JobSet emulation beyond the recorded scenarios: a cluster without the CRD serves
+no JobSet group, the schema refuses a bad field, suspend and resume, failure policy rules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+
+from k8sjobs.testing import FakeCluster, KubeletConfig, jobset_crd
+
+from .conftest import FAST, call, wait_until
+
+FAKE = "fake.k8sjobs.io/"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+
+
+def _established(fake: FakeCluster) -> bool:
+    crd = fake.store.get("customresourcedefinitions", "", "jobsets.jobset.x-k8s.io") or {}
+    return any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
+
+
+@pytest_asyncio.fixture
+async def fake(tmp_path: Path) -> AsyncIterator[FakeCluster]:
+    """A simulated cluster with the JobSet CRD established."""
+    kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.005, default_duration=0.05)
+    async with FakeCluster(directory=tmp_path, controller=FAST, kubelet_config=kubelet) as f:
+        f.store.create("customresourcedefinitions", "", jobset_crd())
+        await wait_until(lambda: _established(f), "the JobSet CRD is established")
+        yield f
+
+
+def rjob(name: str, pods: int, notes: dict[str, str], **extra: Any) -> dict[str, Any]:
+    template = {
+        "metadata": {"annotations": notes},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": name, "image": "busybox"}]},
+    }
+    spec = {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": template}
+    return {"name": name, "replicas": 1, "template": {"spec": spec}, **extra}
+
+
+def mpi(name: str, launcher_exit: int = 0, **spec: Any) -> dict[str, Any]:
+    """Return a JobSet like the recorded ones: workers that wait, a launcher after them."""
+    workers = rjob("workers", 2, {f"{FAKE}duration": "3600"})
+    launcher = rjob(
+        "launcher",
+        1,
+        {f"{FAKE}duration": "0.05", f"{FAKE}exit-code": str(launcher_exit)},
+        dependsOn=[{"name": "workers", "status": "Ready"}],
+    )
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
+            "replicatedJobs": [workers, launcher],
+            **spec,
+        },
+    }
+
+
+def conditions(fake: FakeCluster, name: str) -> list[tuple[str, str, str]]:
+    js = fake.get("jobsets", name) or {}
+    return [
+        (c["type"], c["status"], c["reason"])
+        for c in (js.get("status") or {}).get("conditions") or []
+    ]
+
+
+def terminal(fake: FakeCluster, name: str) -> str | None:
+    return ((fake.get("jobsets", name) or {}).get("status") or {}).get("terminalState")
+
+
+async def test_without_the_crd_no_jobset_group_is_served(tmp_path: Path) -> None:
+    async with FakeCluster(directory=tmp_path) as plain, aiohttp.ClientSession() as http:
+        status, groups = await call(http, "GET", f"{plain.url}/apis")
+        assert status == 200
+        assert "jobset.x-k8s.io" not in [g["name"] for g in groups["groups"]]
+        status, _ = await call(http, "POST", f"{plain.url}{JOBSETS}", mpi("x"))
+        assert status == 404
+        assert not plain.objects("jobs")
+
+
+async def test_the_schema_refuses_a_bad_success_operator_naming_the_field(
+    fake: FakeCluster,
+) -> None:
+    body = mpi("bad", successPolicy={"operator": "Most"})
+    async with aiohttp.ClientSession() as http:
+        status, error = await call(http, "POST", f"{fake.url}{JOBSETS}", body)
+    assert status == 422
+    assert "spec.successPolicy.operator" in error["message"]
+    assert fake.get("jobsets", "bad") is None
+
+
+async def test_a_suspended_jobset_waits_then_resumes_with_its_templates_changes(
+    fake: FakeCluster,
+) -> None:
+    fake.store.create("jobsets", "default", mpi("held", suspend=True))
+    await wait_until(lambda: fake.get("jobs", "held-workers-0") is not None, "the workers Job")
+    workers = fake.get("jobs", "held-workers-0")
+    assert workers is not None and workers["spec"]["suspend"] is True
+    await wait_until(
+        lambda: ("Suspended", "True", "SuspendedJobs") in conditions(fake, "held"), "Suspended"
+    )
+    assert not fake.objects("pods") and fake.get("jobs", "held-launcher-0") is None
+    # What Kueue does on admission: a nodeSelector into the template, then unsuspend.
+    js = fake.get("jobsets", "held")
+    assert js is not None
+    changed: dict[str, Any] = {**js, "spec": {**js["spec"], "suspend": False}}
+    for each in changed["spec"]["replicatedJobs"]:
+        each["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/os": "linux"}
+    fake.store.update("jobsets", "default", changed)
+    await wait_until(lambda: fake.get("jobs", "held-launcher-0") is not None, "the launcher")
+    resumed = fake.get("jobs", "held-workers-0")
+    assert resumed is not None and resumed["spec"]["suspend"] is False
+    pod_spec = resumed["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    await wait_until(lambda: terminal(fake, "held") == "Completed", "the JobSet completes")
+    assert ("Suspended", "False", "ResumeJobs") in conditions(fake, "held")
+
+
+async def test_a_failjobset_rule_fails_at_once_without_a_restart(fake: FakeCluster) -> None:
+    exit_42 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
+    body = mpi(
+        "rule",
+        launcher_exit=42,
+        failurePolicy={
+            "maxRestarts": 3,
+            "rules": [
+                {
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "targetReplicatedJobs": ["launcher"],
+                }
+            ],
+        },
+    )
+    body["spec"]["replicatedJobs"][1]["template"]["spec"]["podFailurePolicy"] = exit_42
+    fake.store.create("jobsets", "default", body)
+    await wait_until(lambda: terminal(fake, "rule") == "Failed", "the JobSet fails")
+    js = fake.get("jobsets", "rule")
+    assert js is not None
+    failed = js["status"]["conditions"][-1]
+    assert (failed["type"], failed["reason"]) == ("Failed", "FailJobSetFailurePolicyAction")
+    assert failed["message"] == (
+        "applying FailJobSet failure policy action (first failed job: rule-launcher-0)"
+    )
+    assert js["status"]["restarts"] == 0
+    assert js["spec"]["failurePolicy"]["rules"][0]["name"] == "failurePolicyRule0"
+    await wait_until(lambda: fake.get("jobs", "rule-workers-0") is None, "the workers deleted")
+
+
+async def test_restarts_recreate_every_job_up_to_max_restarts(fake: FakeCluster) -> None:
+    attempts: set[str] = set()
+    fake.store.listen(
+        lambda e: (
+            attempts.add(e.obj["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"])
+            if e.resource == "jobs" and e.type == "ADDED"
+            else None
+        )
+    )
+    fake.store.create("jobsets", "default", mpi("again", 3, failurePolicy={"maxRestarts": 2}))
+    await wait_until(lambda: terminal(fake, "again") == "Failed", "the JobSet fails")
+    js = fake.get("jobsets", "again")
+    assert js is not None
+    assert (js["status"]["restarts"], js["status"]["restartsCountTowardsMax"]) == (2, 2)
+    assert attempts == {"0", "1", "2"}
+    assert js["status"]["conditions"][-1]["reason"] == "ReachedMaxRestarts"
