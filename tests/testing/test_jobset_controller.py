@@ -173,3 +173,53 @@ async def test_restarts_recreate_every_job_up_to_max_restarts(fake: FakeCluster)
     assert (js["status"]["restarts"], js["status"]["restartsCountTowardsMax"]) == (2, 2)
     assert attempts == {"0", "1", "2"}
     assert js["status"]["conditions"][-1]["reason"] == "ReachedMaxRestarts"
+
+
+def _worker_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+async def test_the_launcher_starts_only_once_the_workers_sshd_port_listens(
+    tmp_path: Path,
+) -> None:
+    """Executing kubelet: the workers' TCP readiness probe on 2222 (their agent, the local
+    sshd) holds dependsOn Ready, so the launcher's Job waits for the agents to listen."""
+    go = tmp_path / "go"
+    serve = f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec $K8SJOBS_WORKER_SERVE'
+    probe = {"tcpSocket": {"port": 2222}, "periodSeconds": 1}
+    body = mpi("mpi")
+    workers, launcher = (
+        r["template"]["spec"]["template"]["spec"] for r in body["spec"]["replicatedJobs"]
+    )
+    workers["containers"][0].update(command=["/bin/sh", "-c", serve], readinessProbe=probe)
+    launcher["containers"][0]["command"] = ["/bin/sh", "-c", "echo launched"]
+    launched_after_go: list[bool] = []
+    ready_after_go: list[bool] = []
+
+    def note(event: Any) -> None:
+        name = event.obj["metadata"]["name"]
+        if event.resource == "jobs" and event.type == "ADDED" and "launcher" in name:
+            launched_after_go.append(go.exists())
+        if event.resource == "pods" and "workers" in name and _worker_ready(event.obj):
+            ready_after_go.append(go.exists())
+
+    async with FakeCluster("execute", directory=tmp_path, controller=FAST) as fake:
+        fake.store.create("customresourcedefinitions", "", jobset_crd())
+        await wait_until(lambda: _established(fake), "the JobSet CRD is established")
+        fake.store.listen(note)
+        fake.store.create("jobsets", "default", body)
+
+        def running() -> bool:
+            pods = [p for p in fake.objects("pods") if "workers" in p["metadata"]["name"]]
+            return len(pods) == 2 and all(
+                any("running" in c["state"] for c in p["status"].get("containerStatuses") or [])
+                for p in pods
+            )
+
+        await wait_until(running, "both workers run (their agents not yet started)")
+        assert fake.get("jobs", "mpi-launcher-0") is None
+        go.touch()
+        await wait_until(lambda: terminal(fake, "mpi") == "Completed", "the JobSet completes")
+    assert launched_after_go == [True]
+    assert ready_after_go and all(ready_after_go)

@@ -360,13 +360,13 @@ class JobSetController:
         self.instance = instance
         # The Jobs as the controller's informer has seen them, event by event: a reconcile
         # sees each status the job controller wrote, not only the latest.
-        self._jobs: dict[str, Obj] = {}
+        self._jobs: dict[str, dict[str, Obj]] = {}  # by the JobSet's uid, then the Job's
         store.listen(self._on_event)
 
     def _on_event(self, event: Event) -> None:
         if event.resource == PLURAL:
             self._later(self._run, (event.namespace, event.obj["metadata"]["name"]))
-        elif event.resource == "jobs" and _controller(event.obj) is not None:
+        elif event.resource == "jobs" and _controller_ref(event.obj) is not None:
             self._later(self._observe, event.type, event.obj)
 
     def _later(self, callback: Any, *args: Any) -> None:
@@ -375,12 +375,16 @@ class JobSetController:
 
     def _observe(self, kind: str, job: Obj) -> None:
         """Take a Job event into the cache, then reconcile its JobSet on that view."""
-        uid = job["metadata"]["uid"]
+        owner = _controller_ref(job)
+        assert owner is not None  # only such Jobs are observed
+        jobs = self._jobs.setdefault(str(owner.get("uid")), {})
         if kind == "DELETED":
-            self._jobs.pop(uid, None)
+            jobs.pop(job["metadata"]["uid"], None)
+            if not jobs:
+                del self._jobs[str(owner.get("uid"))]
         else:
-            self._jobs[uid] = job
-        self._run((job["metadata"]["namespace"], str(_controller(job))))
+            jobs[job["metadata"]["uid"]] = job
+        self._run((job["metadata"]["namespace"], str(owner["name"])))
 
     def _run(self, key: tuple[str, str]) -> None:
         with contextlib.suppress(ApiError):  # gone meanwhile, or its namespace is
@@ -443,15 +447,7 @@ class JobSetController:
             )
 
     def _owned(self, js: Obj) -> list[Obj]:
-        uid = js["metadata"]["uid"]
-        return [
-            job
-            for job in self._jobs.values()
-            if any(
-                r.get("uid") == uid and r.get("controller")
-                for r in job["metadata"].get("ownerReferences") or []
-            )
-        ]
+        return list(self._jobs.get(js["metadata"]["uid"], {}).values())
 
     def _delete(self, jobs: list[Obj]) -> None:
         for job in jobs:
@@ -623,14 +619,15 @@ def _ordered(status: Obj) -> Obj:
     }
 
 
-def _controller(obj: Obj) -> str | None:
+def _controller_ref(obj: Obj) -> Obj | None:
+    """Return the object's controller reference when a JobSet is its controller."""
     for ref in obj["metadata"].get("ownerReferences") or []:
         if (
             ref.get("controller")
             and ref.get("kind") == "JobSet"
-            and ref.get("apiVersion", "").startswith(f"{GROUP}/")
+            and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/")
         ):
-            return str(ref["name"])
+            return dict(ref)
     return None
 
 
