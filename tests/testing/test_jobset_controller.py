@@ -223,3 +223,20 @@ async def test_the_launcher_starts_only_once_the_workers_sshd_port_listens(
         await wait_until(lambda: terminal(fake, "mpi") == "Completed", "the JobSet completes")
     assert launched_after_go == [True]
     assert ready_after_go and all(ready_after_go)
+
+
+async def test_names_that_would_pass_63_characters_are_refused_by_the_webhook(
+    fake: FakeCluster,
+) -> None:
+    """The longest pod name is <js>-launcher-0-0-abcde: 44 characters of JobSet name fit."""
+    fits, too_long = "a" * 44, "a" * 45
+    async with aiohttp.ClientSession() as http:
+        status, _ = await call(http, "POST", f"{fake.url}{JOBSETS}", mpi(fits))
+        assert status == 201
+        status, error = await call(http, "POST", f"{fake.url}{JOBSETS}", mpi(too_long))
+    assert status == 422 and error["reason"] == "Invalid"
+    assert error["message"].startswith('admission webhook "vjobset.kb.io" denied the request: ')
+    assert "spec.replicatedJobs[1].name" in error["message"]  # the launcher's
+    assert "pod names generated for this JobSet will exceed 63 characters" in error["message"]
+    assert fake.get("jobsets", too_long) is None
+    await wait_until(lambda: fake.get("jobs", f"{fits}-workers-0") is not None, "its Jobs")

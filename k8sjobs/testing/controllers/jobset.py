@@ -8,7 +8,9 @@ its webhooks as shared/k8s-reference/jobset-*.json record them:
   Job's groupName ``default``, completionMode Indexed and pod restartPolicy OnFailure,
   network.enableDNSHostnames and publishNotReadyAddresses true, failurePolicy.restartStrategy
   Recreate, rule names ``failurePolicyRule<i>``; a JobSet pod gets the
-  ``jobset.sigs.k8s.io/priority`` label;
+  ``jobset.sigs.k8s.io/priority`` label; the validating webhook's refusal of a JobSet whose
+  child Job or pod names would pass 63 characters (422, ``admission webhook "vjobset.kb.io"
+  denied the request: ...``);
 - per replicated Job, ``replicas`` Jobs ``<jobset>-<rj>-<i>`` with the ``jobset.sigs.k8s.io/*``
   labels and annotations on the Job and its pod template (``job-key`` is the SHA-1 of
   ``<namespace>/<job>``), the subdomain on the pods, and the JobSet as controller; a headless
@@ -33,7 +35,8 @@ its webhooks as shared/k8s-reference/jobset-*.json record them:
   (what Kueue changes while a JobSet waits) and are unsuspended.
 
 Not emulated: startupPolicy InOrder, coordinator, RestartJob actions and in-place restarts,
-volumeClaimPolicies, ttlSecondsAfterFinished, exclusive placement, the validating webhook.
+volumeClaimPolicies, ttlSecondsAfterFinished, exclusive placement, and of the validating
+webhook all but its name-length checks.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ import hashlib
 import re
 from typing import Any
 
+from ..apiserver import errors as _errors
 from ..apiserver.errors import ApiError
 from ..apiserver.events import record_event
-from ..apiserver.resources import Resource
+from ..apiserver.resources import Resource, cause
 from ..apiserver.store import Event, Obj, Store, now_rfc3339
 
 GROUP = "jobset.x-k8s.io"
@@ -314,7 +318,49 @@ class JobSetWebhook:
                 meta.setdefault("labels", {})[PRIORITY_KEY] = str(spec["priority"])
 
     def validate(self, res: Resource, namespace: str, obj: Obj) -> None:
-        """Nothing: the validating webhook is not emulated."""
+        """Refuse a JobSet whose child Job or pod names would pass 63 characters, as the
+        validating webhook (vjobset.kb.io) does (JobSet issues 132 and 302)."""
+        if res.group != GROUP or res.plural != PLURAL:
+            return
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        causes = _name_causes(name, obj.get("spec") or {})
+        if causes:
+            error = _errors.invalid("JobSet", name, causes, GROUP)
+            message = f'admission webhook "vjobset.kb.io" denied the request: {error.message}'
+            raise _errors.ApiError(error.code, error.reason, message, error.details)
+
+
+_JOB_NAME_TOO_LONG = (
+    "JobSet name is too long, job names generated for this JobSet will exceed 63 characters"
+)
+_POD_NAME_TOO_LONG = (
+    "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"
+)
+
+
+def _name_causes(name: str, spec: Obj) -> list[dict[str, str]]:
+    """Return the webhook's causes for names that would not fit a DNS-1035 label: the last
+    Job ``<js>-<rj>-<replicas-1>``, and for an Indexed Job with completions the last pod
+    ``<js>-<rj>-<replicas-1>-<completions-1>-abcde`` (its generated suffix)."""
+    causes = []
+    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+        if not isinstance(rjob, dict):
+            continue
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        last_job = f"{name}-{rjob.get('name', '')}-{int(rjob.get('replicas', 1)) - 1}"
+        field = f"spec.replicatedJobs[{i}].name"
+        invalid = f'Invalid value: "{last_job}": '
+        if len(last_job) > 63:
+            causes.append(cause("FieldValueInvalid", invalid + _JOB_NAME_TOO_LONG, field))
+        completions = job_spec.get("completions")
+        indexed = job_spec.get("completionMode") == "Indexed"
+        if (
+            indexed
+            and isinstance(completions, int)
+            and len(f"{last_job}-{completions - 1}-abcde") > 63
+        ):
+            causes.append(cause("FieldValueInvalid", invalid + _POD_NAME_TOO_LONG, field))
+    return causes
 
 
 def _default(obj: Obj) -> None:
