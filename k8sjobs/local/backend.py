@@ -166,6 +166,13 @@ class LocalBackend:
         spec (then the step runs); a run of another spec still going raises SpecMismatch
         unless ``replace`` is true.
         """
+        if manifests.job["kind"] == "JobSet":  # its controller makes the child Jobs
+            raise ValueError(
+                f'Step "{handle.name}" has target: jobset, which runs only where the JobSet '
+                "controller runs (a Kubernetes cluster with JobSet installed); run it there, "
+                "or use target: job (the same launcher and workers as one Indexed Job) to run "
+                "it locally"
+            )
         if manifests.job["kind"] != "Job":  # a Flux Operator MiniCluster needs its operator
             raise ValueError(
                 f'Step "{handle.name}" has target: minicluster, which runs only where the Flux '

@@ -168,7 +168,7 @@ class StepSettings(_VolumesAndPlacement):
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] | None = None
     ssh_dir: str | None = None
-    target: Literal["job", "minicluster"] | None = None
+    target: Literal["job", "jobset", "minicluster"] | None = None
     flux_in_image: bool | None = None
     inputs: dict[str, str] = Field(
         {}, description='name -> "<step>:<output>" of this study, or an artifact reference'
@@ -209,7 +209,7 @@ class BatchSettings(_VolumesAndPlacement):
     mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
     ssh_dir: str | None = None
     # A Job, or a Flux Operator MiniCluster (k8sjobs/render/minicluster.py).
-    target: Literal["job", "minicluster"] = "job"
+    target: Literal["job", "jobset", "minicluster"] = "job"
     flux_in_image: bool = False
     study: str | None = Field(None, description="Study name when no Maestro workspace is found.")
     steps: dict[str, StepSettings] = {}

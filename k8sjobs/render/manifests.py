@@ -43,7 +43,7 @@ from ..steps.spec import (
     find_launcher_calls,
 )
 from ..steps.volumes import Volume, pod_volumes, shm_volume, volume_mounts
-from . import minicluster, multinode
+from . import jobset, minicluster, multinode
 from ._shell import LEAVE_USAGE, MARK_START, RUN_CHILD, leave_exit_code
 from .multinode import SshKey
 from .podsecurity import check_restricted
@@ -221,7 +221,10 @@ def placement(step: Step, target: Target) -> tuple[str, str]:
     the session names a handle from it before the step is rendered (a step waiting for its
     inputs is rendered only once they are pinned).
     """
-    return job_name(target.study, step.name), step.namespace or target.namespace
+    name = job_name(target.study, step.name)
+    if step.target == "jobset":  # the controller's child Jobs and hostnames extend it
+        name = jobset.object_name(name, step.resources.nodes)
+    return name, step.namespace or target.namespace
 
 
 def render(
@@ -285,6 +288,8 @@ def render(
         service, job = None, _minicluster(step, target, meta)
     if step.security == "restricted" and step.target == "job":
         _check_restricted(step, job["spec"]["template"])
+    if step.target == "jobset":  # the controller makes the child Jobs and the Service
+        service, job = None, _jobset(step, job)
     spec_hash = _spec_hash(configmap, job, secret, service)
     if memory is not None:
         grown = step.model_copy(
@@ -468,7 +473,9 @@ def expand_launcher(step: Step, name: str, namespace: str = "default") -> str:
         nodes, procs = call.counts(res)
         per_node = math.ceil(procs / nodes)
         if step.launch_mode == "ssh":
-            names = multinode.hosts(name, namespace, nodes)
+            names = multinode.hosts(name, namespace, nodes, step)
+        elif step.target == "jobset" and res.nodes > 1:
+            names = jobset.hosts(name, namespace, nodes, "none")
         else:
             names = [f"{name}-{i}.{name}" for i in range(nodes)] if res.nodes > 1 else []
         hosts = ",".join(f"{h}:{per_node}" for h in names) or f"localhost:{per_node}"
@@ -781,6 +788,16 @@ def _minicluster(step: Step, target: Target, meta: Mapping[str, Any]) -> dict[st
         resources=_resources(step),
         handoff=handoff,
     )
+
+
+def _jobset(step: Step, job: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the JobSet that stands for the Job (k8sjobs.render.jobset), its pods checked
+    against the restricted level when the step asks for it."""
+    found = jobset.jobset(step, job, main=MAIN_CONTAINER, ssh_port=multinode.SSH_PORT)
+    if step.security == "restricted":
+        for rjob in found["spec"]["replicatedJobs"]:
+            _check_restricted(step, rjob["template"]["spec"]["template"])
+    return found
 
 
 def _check_restricted(step: Step, template: Mapping[str, Any]) -> None:

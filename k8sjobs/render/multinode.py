@@ -79,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..steps.spec import DEFAULT_LAUNCHER, Step
+from . import jobset
 
 __all__ = [
     "ROLE_WRAPPER",
@@ -122,13 +123,18 @@ ROLE_WRAPPER = """\
 #!/bin/sh
 # k8sjobs: one pod template, two roles (see k8sjobs/render/multinode.py). Index 0 is the launcher:
 # it waits until every worker answers, then runs the step. Other indexes serve sshd for it.
+# K8SJOBS_ROLE, when set (a JobSet's workers, whose indexes start at 0), says the role.
 set -u
 fail() {
   printf 'k8sjobs: %s\\n' "$1" >&2
   printf '%s\\n' "$1" > "${K8SJOBS_TERMINATION_LOG:-/dev/termination-log}" 2>/dev/null
   exit 1
 }
-if [ "${JOB_COMPLETION_INDEX:-0}" != 0 ]; then
+role=${K8SJOBS_ROLE:-}
+if [ -z "$role" ]; then
+  if [ "${JOB_COMPLETION_INDEX:-0}" = 0 ]; then role=launcher; else role=worker; fi
+fi
+if [ "$role" = worker ]; then
   if [ -n "${K8SJOBS_WORKER_SERVE:-}" ]; then
     exec $K8SJOBS_WORKER_SERVE
   fi
@@ -176,15 +182,20 @@ class SshKey:
         return {SECRET_PRIVATE_KEY: self.private, SECRET_AUTHORIZED_KEYS: self.public}
 
 
-def hosts(name: str, namespace: str, nodes: int) -> list[str]:
-    """Return the pods' resolvable names, index 0 first (the headless Service is ``name``)."""
+def hosts(name: str, namespace: str, nodes: int, step: Step | None = None) -> list[str]:
+    """Return the pods' resolvable names, index 0 first (the headless Service is ``name``).
+
+    A ``target: jobset`` ``step``'s pods are named by the JobSet controller instead.
+    """
+    if step is not None and step.target == "jobset":
+        return jobset.hosts(name, namespace, nodes, step.launch_mode)
     return [f"{name}-{i}.{name}.{namespace}.svc" for i in range(nodes)]
 
 
 def hostfile(step: Step, name: str, namespace: str) -> str:
     """Return the hostfile text: one line per pod with its slots, as ``step.mpi`` reads it."""
     slots = step.resources.tasks_per_node
-    found = hosts(name, namespace, step.resources.nodes)
+    found = hosts(name, namespace, step.resources.nodes, step)
     if step.mpi == "openmpi":
         return "".join(f"{host} slots={slots}\n" for host in found)
     return "".join(f"{host}:{slots}\n" for host in found)
@@ -244,7 +255,7 @@ def launcher_env(step: Step, name: str, namespace: str, config_dir: str) -> list
             ("I_MPI_PERHOST", str(step.resources.tasks_per_node)),
         ],
     }
-    workers = hosts(name, namespace, step.resources.nodes)[1:]
+    workers = hosts(name, namespace, step.resources.nodes, step)[1:]
     assert step.worker_wait is not None  # Step refuses None
     own = [
         ("K8SJOBS_HOSTFILE", path),

@@ -584,8 +584,9 @@ class Step(_Model):
     worker_wait: Duration = Field(
         timedelta(minutes=5), description="How long the launcher waits for its workers."
     )
-    # What runs the step: a Job, or a Flux Operator MiniCluster (k8sjobs/render/minicluster.py).
-    target: Literal["job", "minicluster"] = "job"
+    # What runs the step: a Job, a JobSet (k8sjobs/render/jobset.py), or a Flux Operator
+    # MiniCluster (k8sjobs/render/minicluster.py).
+    target: Literal["job", "jobset", "minicluster"] = "job"
     flux_in_image: bool = Field(False, description="The image has Flux: no Flux view.")
     # Volumes (volumes.py) and scheduling knobs (scheduling.py): each concept in its module.
     volumes: list[Volume] = []
@@ -901,8 +902,11 @@ class Step(_Model):
         grow, memory = self.retry_oom, self.resources.memory_bytes
         if grow is None:
             return self
-        if self.target == "minicluster":
-            message = "retry_oom is for target: job steps (a MiniCluster's pods are the operator's)"
+        if self.target != "job":
+            message = (
+                f"retry_oom is for target: job steps (a {self.target}'s pods are its "
+                "controller's); leave it unset or use target: job"
+            )
             raise _field_error("Step", ("retry_oom",), message, grow.model_dump())
         if memory is None:
             message = 'retry_oom needs resources.memory to grow from; set it (e.g. "4Gi")'
