@@ -161,6 +161,25 @@ def _attempt(events: list[dict[str, Any]], pod: str) -> str:
     return ""
 
 
+def pod_lives(events: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Return each pod's phases, whether it was deleted and its last exit code and reason,
+    by generated-name prefix and restart attempt (the pod names' suffixes are random)."""
+    pods: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events:
+        obj, meta = e["object"], e["object"]["metadata"]
+        key = (meta["generateName"], meta["labels"]["jobset.sigs.k8s.io/restart-attempt"])
+        life = pods.setdefault(key, {"phases": [], "deleted": False, "exit": None})
+        phase = (obj.get("status") or {}).get("phase")
+        if phase and phase not in life["phases"][-1:]:
+            life["phases"].append(phase)
+        life["deleted"] = life["deleted"] or e["type"] == "DELETED"
+        for container in (obj.get("status") or {}).get("containerStatuses") or []:
+            ended = (container.get("state") or {}).get("terminated")
+            if ended:
+                life["exit"] = (ended["exitCode"], ended.get("reason"))
+    return pods
+
+
 def js_events(events: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
     return [
         (o["type"], o["reason"], o["message"], o["reportingComponent"])
@@ -303,3 +322,9 @@ async def test_pods_service_and_events_are_the_recorded_ones(replayed: Any) -> N
     ((pod, text),) = recorded["pod_logs"].items()
     hostname = pod.rsplit("-", 1)[0]
     assert fake["log"] == "".join(f"{line}\n" for line in text.splitlines() if line != hostname)
+
+
+async def test_pods_run_end_and_are_deleted_as_recorded(replayed: Any) -> None:
+    """The launcher's exit code, the workers killed (143) and deleted with their Job."""
+    recorded, fake = replayed
+    assert pod_lives(fake["pod_watch_events"]) == pod_lives(recorded["pod_watch_events"])
