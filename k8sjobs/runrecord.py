@@ -17,16 +17,17 @@ timeline's ``driver`` field. A journal does not overwrite the last complete run'
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
+import shlex
 import socket
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from .errors import StudyBusy
 from .state import StepResult
 from .steps.names import label_value
 
@@ -45,12 +46,21 @@ class RunJournal:
     def __init__(self, directory: Path, study: str, started: float) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path, self.journal = record_paths(directory, study)
+        # Locked before it is emptied: a second driver of the study is refused with the live
+        # journal untouched. Held while the run goes: a reader that can take it knows the
+        # driver is gone. On a file system without locks, readers cannot tell, and say so.
+        fd = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            header = os.pread(fd, 512, 0).decode(errors="replace").partition("\n")[0]
+            os.close(fd)
+            raise _busy(study, header) from None
+        except OSError:
+            pass
+        os.ftruncate(fd, 0)
         # Line-buffered: each change reaches the file as one write, whole lines only.
-        self._file: IO[str] | None = self.journal.open("w", buffering=1)
-        # Held while the run goes: a reader that can take it knows the driver is gone. On a
-        # file system without locks, readers cannot tell, and say so.
-        with contextlib.suppress(OSError):
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._file: IO[str] | None = os.fdopen(fd, "w", buffering=1)
         self._write(
             {"study": study, "started": started, "pid": os.getpid(), "host": socket.gethostname()}
         )
@@ -67,6 +77,12 @@ class RunJournal:
         os.replace(partial, self.path)
         self.journal.unlink(missing_ok=True)
         return self.path
+
+    def discard(self) -> None:
+        """Remove this run's journal: a run refused before any step was sent (another
+        driver holds the study) leaves the records of the study as they were."""
+        self.close()
+        self.journal.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Close the journal file (kept on disk: ``read_run`` still reads it)."""
@@ -166,3 +182,17 @@ def retime(result: StepResult, run: Mapping[str, Any] | None) -> StepResult:
         return datetime.fromtimestamp(stamp).astimezone() if isinstance(stamp, float) else None
 
     return result.timed_by(when(step.get("started")), when(step.get("finished")))
+
+
+def _busy(study: str, header: str) -> StudyBusy:
+    """Return the refusal of a second driver of ``study``, naming the first (its header)."""
+    try:
+        first = json.loads(header)
+        holder = f"(pid {int(first['pid'])}) on {str(first['host'])[:64]}"
+    except (ValueError, KeyError, TypeError):
+        holder = "(its journal names no pid)"
+    return StudyBusy(
+        f'study "{study}" is being run by another driver {holder}: wait for it to end, '
+        f"watch it with {shlex.join(['k8sjobs', 'status', '--study', study])}, or stop it "
+        f"with {shlex.join(['k8sjobs', 'cancel', '--study', study])}"
+    )

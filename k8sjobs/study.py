@@ -699,6 +699,13 @@ class StudyRun:
         if self._on_change:
             self._on_change(record)
 
+    def discard(self) -> None:
+        """Drop the run's journal and write no record: for a run refused before it sent a
+        step (``StudyBusy``: another driver holds the study), which changes nothing on disk."""
+        if self._journal is not None:
+            self._journal.discard()
+            self._journal = None
+
     def save(self, directory: Path) -> Path:
         """Write the run's timeline (each step's queued, start, end, state) as JSON; return it.
 

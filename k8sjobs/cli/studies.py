@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from ..errors import StudyError
+from ..errors import StudyBusy, StudyError
 from ..handle import StepHandle
 from ..render.manifests import Target, render
 from ..render.sshkey import key_for
@@ -302,15 +302,22 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             replace=args.replace,
             rerun=True if args.rerun_all else [n for a in args.rerun for n in a.split(",") if n],
         )
-        run.record_to(args.state_dir / "runs")
+        run.record_to(args.state_dir / "runs")  # refused here if another driver runs it
+        refused = False
         try:
             with display:
                 results = await run.run()
+        except StudyBusy:
+            refused = True  # no step was sent: the study's records stay as they were
+            run.discard()
+            raise
         finally:
-            path = run.save(args.state_dir / "runs")
-            requested = {name: r.requested for name, r in run.records.items()}
-            display.summary([r.seen() for r in run.records.values()], study.name, path, requested)
-            print(_origin_line([r.origin for r in run.records.values()]), flush=True)
+            if not refused:
+                path = run.save(args.state_dir / "runs")
+                requested = {name: r.requested for name, r in run.records.items()}
+                seen = [r.seen() for r in run.records.values()]
+                display.summary(seen, study.name, path, requested)
+                print(_origin_line([r.origin for r in run.records.values()]), flush=True)
     return 0 if all(r.ok for r in results) else 1
 
 

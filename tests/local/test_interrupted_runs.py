@@ -6,6 +6,7 @@ never for a fixed time.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -90,11 +91,9 @@ def test_a_second_driver_of_the_same_study_fails_fast_naming_the_first(
     assert (tmp_path / "starts").read_text() == "started\n"
 
 
-def test_the_lock_of_a_killed_driver_is_never_stale(tmp_path: Path, drivers: Drivers) -> None:
-    study(tmp_path, f"echo started >> {tmp_path}/starts")
-    lock = tmp_path / ".k8sjobs" / "steps" / label_value("held") / ".lock"
-    lock.parent.mkdir(parents=True)
-    holder = subprocess.Popen(  # holds the study's lock as a driver does, then is killed
+def hold(lock: Path) -> subprocess.Popen[str]:
+    """Start a process that holds ``lock`` as a driver holds its study's; return it once held."""
+    holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
@@ -106,6 +105,72 @@ def test_the_lock_of_a_killed_driver_is_never_stale(tmp_path: Path, drivers: Dri
         text=True,
     )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_refused_second_driver_changes_nothing_of_the_run_records(
+    tmp_path: Path, drivers: Drivers
+) -> None:
+    """Refused while the first driver's run goes (its journal held): the live journal is not
+    truncated or removed and no all-CANCELLED record is written in its place."""
+    release, runs = tmp_path / "release", tmp_path / ".k8sjobs" / "runs"
+    study(
+        tmp_path, f"echo started >> {tmp_path}/starts\nuntil [ -e {release} ]; do sleep 0.05; done"
+    )
+    first = drivers.run()
+    journal = runs / f"{label_value('held')}.jsonl"
+    wait_until_sync(
+        lambda: journal.exists() and '"state":"RUNNING"' in journal.read_text(),
+        "the first run's journal to say its step runs",
+    )
+    before = journal.read_bytes()
+    second = drivers.run()
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 2, out + err
+    assert f"another driver (pid {first.pid})" in err
+    assert "cancelled" not in out, out
+    assert sorted(_files(runs)) == [journal.name]  # no runs/held.json of a false run
+    assert journal.read_bytes().startswith(before)  # the live journal, whole
+    release.touch()
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    record = json.loads((runs / f"{label_value('held')}.json").read_text())
+    assert [s["state"] for s in record["steps"]] == ["SUCCEEDED"], record
+
+
+def test_a_run_refused_by_the_study_lock_writes_no_run_record(
+    tmp_path: Path, drivers: Drivers
+) -> None:
+    """Refused at its first submit (the study's lock held by a driver that keeps no journal,
+    a Python session): the refused run leaves nothing under runs/."""
+    study(tmp_path, f"echo started >> {tmp_path}/starts")
+    lock = tmp_path / ".k8sjobs" / "steps" / label_value("held") / ".lock"
+    lock.parent.mkdir(parents=True)
+    (tmp_path / ".k8sjobs" / "runs").mkdir()
+    earlier = tmp_path / ".k8sjobs" / "runs" / f"{label_value('held')}.json"
+    earlier.write_text('{"study": "held", "steps": []}')
+    holder = hold(lock)
+    try:
+        before = _files(tmp_path / ".k8sjobs" / "runs")
+        busy = drivers.run()
+        out, err = busy.communicate(timeout=60)
+        assert busy.returncode == 2 and "another driver" in err, out + err
+        assert _files(tmp_path / ".k8sjobs" / "runs") == before
+        assert not (tmp_path / "starts").exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_the_lock_of_a_killed_driver_is_never_stale(tmp_path: Path, drivers: Drivers) -> None:
+    study(tmp_path, f"echo started >> {tmp_path}/starts")
+    lock = tmp_path / ".k8sjobs" / "steps" / label_value("held") / ".lock"
+    lock.parent.mkdir(parents=True)
+    holder = hold(lock)  # holds the study's lock as a driver does, then is killed
     busy = drivers.run()
     assert busy.communicate(timeout=60)[1].count("another driver") == 1
     holder.kill()
