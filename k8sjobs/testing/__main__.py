@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--memory", default="256Gi", help="node memory capacity")
     serve.add_argument("--gpu", type=int, default=0, help="node nvidia.com/gpu capacity")
     serve.add_argument(
+        "--jobset",
+        action="store_true",
+        help="install the JobSet CRD: serve jobset.x-k8s.io and emulate its controller",
+    )
+    serve.add_argument(
         "--namespace-linger",
         type=_seconds,
         default=0.0,
@@ -63,6 +68,8 @@ async def _serve(args: argparse.Namespace) -> None:
         port=args.port,
         namespace_linger=args.namespace_linger,
     ) as cluster:
+        if args.jobset:
+            await cluster.install_jobset()
         cluster.write_kubeconfig(args.kubeconfig)
         print(f"fake cluster at {cluster.url}; kubeconfig written to {args.kubeconfig}", flush=True)
         await asyncio.Event().wait()

@@ -25,15 +25,16 @@ from ._faults import Faults, RequestLog
 from ._kubelet import Kubelet, KubeletConfig, NodeConfig, SimulateRule
 from ._tls import make_certificates
 from .apiserver.admission import PodAdmission
+from .apiserver.crd import CRD_PLURAL
 from .apiserver.eviction import evict
 from .apiserver.namespaces import NamespaceController
 from .apiserver.quota import QuotaController
 from .apiserver.resources import Validator
 from .apiserver.server import ApiServer
-from .apiserver.store import Obj, Store
+from .apiserver.store import Event, Obj, Store
 from .controllers.flux_operator import FluxOperator
 from .controllers.job import ControllerConfig, JobController
-from .controllers.jobset import JobSetController, JobSetWebhook
+from .controllers.jobset import JobSetController, JobSetWebhook, jobset_crd
 
 
 class FakeCluster:
@@ -213,6 +214,30 @@ class FakeCluster:
         path.write_text(yaml.safe_dump(config))
         return path
 
+    async def install_jobset(self, timeout: float = 30.0) -> None:
+        """Install the JobSet CRD (`jobset_crd`) and return once it is Established.
+
+        From then on the cluster serves jobset.x-k8s.io/v1alpha2 and emulates the JobSet
+        controller (docs/testing.md). Raises TimeoutError after `timeout` seconds.
+        """
+        crd = jobset_crd()
+        name = crd["metadata"]["name"]
+        established = asyncio.Event()
+
+        def note(event: Event) -> None:
+            ours = event.resource == CRD_PLURAL and event.obj["metadata"]["name"] == name
+            if ours and _established(event.obj):
+                established.set()
+
+        self.store.listen(note)
+        found = self.store.get(CRD_PLURAL, "", name)
+        if found is None:
+            self.store.create(CRD_PLURAL, "", crd)
+        elif _established(found):
+            return
+        async with asyncio.timeout(timeout):
+            await established.wait()
+
     # ------------------------------------------------------------------ faults
 
     def evict(self, pod: str, namespace: str = "default", grace_seconds: int | None = None) -> Obj:
@@ -241,3 +266,8 @@ class FakeCluster:
     ) -> int:
         """Return how many API requests matched (verb: get, list, watch, create, ...)."""
         return self.requests.count(verb, resource, subresource)
+
+
+def _established(crd: Obj | None) -> bool:
+    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)

@@ -3,6 +3,8 @@ no JobSet group, the schema refuses a bad field, suspend and resume, failure pol
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 
-from k8sjobs.testing import FakeCluster, KubeletConfig, jobset_crd
+from k8sjobs.testing import FakeCluster, KubeletConfig
 
 from .conftest import FAST, call, wait_until
 
@@ -18,21 +20,12 @@ FAKE = "fake.k8sjobs.io/"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
 
 
-def _established(fake: FakeCluster) -> bool:
-    crd = fake.store.get("customresourcedefinitions", "", "jobsets.jobset.x-k8s.io") or {}
-    return any(
-        c["type"] == "Established" and c["status"] == "True"
-        for c in (crd.get("status") or {}).get("conditions") or []
-    )
-
-
 @pytest_asyncio.fixture
 async def fake(tmp_path: Path) -> AsyncIterator[FakeCluster]:
     """A simulated cluster with the JobSet CRD established."""
     kubelet = KubeletConfig(schedule_delay=0.001, start_delay=0.005, default_duration=0.05)
     async with FakeCluster(directory=tmp_path, controller=FAST, kubelet_config=kubelet) as f:
-        f.store.create("customresourcedefinitions", "", jobset_crd())
-        await wait_until(lambda: _established(f), "the JobSet CRD is established")
+        await f.install_jobset()
         yield f
 
 
@@ -86,6 +79,24 @@ async def test_without_the_crd_no_jobset_group_is_served(tmp_path: Path) -> None
         status, _ = await call(http, "POST", f"{plain.url}{JOBSETS}", mpi("x"))
         assert status == 404
         assert not plain.objects("jobs")
+
+
+async def test_serve_jobset_serves_the_group(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    command = ["-m", "k8sjobs.testing", "serve", "--kubeconfig", str(kubeconfig), "--jobset"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, *command, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        url = line.decode().split()[3].rstrip(";")
+        async with aiohttp.ClientSession() as http:
+            status, group = await call(http, "GET", f"{url}/apis/jobset.x-k8s.io")
+        assert status == 200 and group["preferredVersion"]["version"] == "v1alpha2"
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 60)
 
 
 async def test_the_schema_refuses_a_bad_success_operator_naming_the_field(
@@ -205,8 +216,7 @@ async def test_the_launcher_starts_only_once_the_workers_sshd_port_listens(
             ready_after_go.append(go.exists())
 
     async with FakeCluster("execute", directory=tmp_path, controller=FAST) as fake:
-        fake.store.create("customresourcedefinitions", "", jobset_crd())
-        await wait_until(lambda: _established(fake), "the JobSet CRD is established")
+        await fake.install_jobset()
         fake.store.listen(note)
         fake.store.create("jobsets", "default", body)
 

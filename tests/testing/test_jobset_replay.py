@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig, jobset_crd
+from k8sjobs.testing import ControllerConfig, FakeCluster, KubeletConfig
 from k8sjobs.testing.apiserver.store import Event
 
 from .conftest import api_client, core_api, custom_api, wait_until
@@ -30,14 +30,6 @@ SCENARIOS = ("jobset-launcher-workers", "jobset-failed")
 pytestmark = pytest.mark.skipif(
     not (REFERENCE / "jobset-failed.json").exists(), reason="JobSet transcripts not found"
 )
-
-
-def _established(fake: FakeCluster) -> bool:
-    crd = fake.store.get("customresourcedefinitions", "", "jobsets.jobset.x-k8s.io") or {}
-    return any(
-        c["type"] == "Established" and c["status"] == "True"
-        for c in (crd.get("status") or {}).get("conditions") or []
-    )
 
 
 def js_status(status: dict[str, Any] | None) -> dict[str, Any]:
@@ -206,8 +198,7 @@ async def replay(name: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, A
             seen[event.resource].append({"type": event.type, "object": event.obj})
 
     async with fake, await api_client(fake) as api:
-        fake.store.create("customresourcedefinitions", "", jobset_crd())
-        await wait_until(lambda: _established(fake), "the JobSet CRD is established")
+        await fake.install_jobset()
         await core_api(api).create_namespace({"metadata": {"name": "demo"}})
         fake.store.listen(note)
         created = await custom_api(api).create_namespaced_custom_object(
