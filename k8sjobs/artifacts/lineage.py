@@ -10,15 +10,18 @@ the k8sjobs version and the backend. ``walk`` follows the inputs back to their s
 from __future__ import annotations
 
 import json
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._printable import printable
 from ..errors import ArtifactNotFound
 from . import _media
 from ._reference import pin
 from .stepcache import CacheStore
 
-__all__ = ["Origin", "ro_crate", "walk"]
+__all__ = ["Origin", "mentions", "ro_crate", "walk"]
 
 _FIELDS = {
     "study": "k8sjobs.io/study-name",
@@ -32,17 +35,23 @@ _FIELDS = {
     "version": "k8sjobs.io/version",
     "backend": "k8sjobs.io/backend",
 }
-MAX_DEPTH = 1000  # a chain of steps that long is a study; a longer one a loop of references
+MAX_DEPTH = 200  # deeper than this, json nesting nears Python's recursion limit: not followed
+MAX_NODES = 5000  # artifacts read at most: bounds the GETs and the output of any graph
 
 
-@dataclass
+@dataclass(eq=False)
 class Origin:
-    """One artifact in a lineage tree: its facts, and the artifacts its step read."""
+    """One artifact in a lineage graph: its facts, and the artifacts its step read.
+
+    The graph may share nodes (one input of many steps) and, when references are tags
+    pushed by hand, hold loops: every walk over it here visits each node once.
+    """
 
     reference: str
     facts: dict[str, str] = field(default_factory=dict)
     inputs: dict[str, Origin] = field(default_factory=dict)
     missing: bool = False  # the store no longer has it
+    unread: str = ""  # why its inputs were not followed (depth or size bound), or ""
 
     @property
     def source(self) -> bool:
@@ -50,61 +59,121 @@ class Origin:
         return not self.facts
 
     def to_json(self) -> dict[str, Any]:
-        """Return the tree as plain data."""
-        return {
-            "reference": self.reference,
-            **self.facts,
-            **({"missing": True} if self.missing else {}),
-            "inputs": {name: node.to_json() for name, node in self.inputs.items()},
-        }
+        """Return the graph as a tree of plain data: each artifact's facts at its first
+        mention; a later mention is ``{"reference": ..., "see": "above"}``, or ``"loop"``
+        when the artifact is an input of itself, so the output is bounded by the graph."""
+        made: list[dict[str, Any]] = []
+        for origin, name, depth, seen in mentions(self):
+            del made[depth:]
+            if seen:
+                data: dict[str, Any] = {"reference": origin.reference, "see": seen}
+            else:
+                data = {
+                    "reference": origin.reference,
+                    **origin.facts,
+                    **({"missing": True} if origin.missing else {}),
+                    **({"unread": origin.unread} if origin.unread else {}),
+                    "inputs": {},
+                }
+            if made:
+                made[-1]["inputs"][name] = data
+            made.append(data)
+        return made[0]
 
-    def lines(self, name: str = "", indent: str = "") -> list[str]:
-        """Return the tree as indented text lines, one per artifact."""
-        head = f"{name}: " if name else ""
-        if self.missing:
-            what = "not in the store"
-        elif self.source:
-            what = "source"
-        else:
-            f = self.facts
-            what = f"{f.get('study', '?')}/{f.get('step', '?')}"
-            what += f" exit {f['exit_code']}" if "exit_code" in f else ""
-            what += f" {f['finished']}" if "finished" in f else ""
-            what += f" image {f['image']}" if "image" in f else ""
-        out = [f"{indent}{head}{self.reference} ({what})"]
-        for input_name, node in self.inputs.items():
-            out += node.lines(input_name, indent + "  ")
+    def lines(self) -> list[str]:
+        """Return the graph as indented text lines: each artifact once, at its first
+        mention; a later mention says "(see above)", or "(loop: ...)" when the artifact is
+        an input of itself. Every line is safe to print (``printable``)."""
+        out = []
+        for origin, name, depth, seen in mentions(self):
+            what = {"": "", "above": "see above", "loop": "loop: an input of itself"}[seen]
+            head = f"{name}: " if name else ""
+            line = f"{'  ' * depth}{head}{origin.reference} ({what or _describe(origin)})"
+            out.append(printable(line))
         return out
 
 
+def _describe(origin: Origin) -> str:
+    if origin.missing:
+        return "not in the store"
+    if origin.source:
+        return "source"
+    f = origin.facts
+    what = f"{f.get('study', '?')}/{f.get('step', '?')}"
+    what += f" exit {f['exit_code']}" if "exit_code" in f else ""
+    what += f" {f['finished']}" if "finished" in f else ""
+    what += f" image {f['image']}" if "image" in f else ""
+    return what + (f"; {origin.unread}" if origin.unread else "")
+
+
+def mentions(root: Origin) -> Iterator[tuple[Origin, str, int, str]]:
+    """Yield the graph depth first, without recursion: ``(node, input name, depth, seen)``,
+    ``seen`` "" at a node's first mention (its inputs follow), "above" at a later one and
+    "loop" when the node is its own ancestor. Each node's inputs are listed once, so this
+    ends on any graph and yields at most nodes + edges items."""
+    shown: set[int] = set()
+    path: list[Origin] = []  # the current node's ancestors: a mention of one is a loop
+    stack: list[tuple[Origin, str, int]] = [(root, "", 0)]
+    while stack:
+        origin, name, depth = stack.pop()
+        del path[depth:]
+        if id(origin) in shown:
+            yield origin, name, depth, "loop" if any(a is origin for a in path) else "above"
+            continue
+        shown.add(id(origin))
+        yield origin, name, depth, ""
+        path.append(origin)
+        stack += [(child, key, depth + 1) for key, child in reversed(origin.inputs.items())]
+
+
 async def walk(store: CacheStore, reference: str) -> Origin:
-    """Return the lineage tree of ``reference``, read from ``store`` (one GET per artifact)."""
-    seen: dict[str, Origin] = {}
+    """Return the lineage graph of ``reference``, read from ``store`` (one GET per artifact).
 
-    async def visit(ref: str, depth: int) -> Origin:
-        if ref in seen:
-            return seen[ref]
-        try:
-            data, _, digest = await store.get_manifest(store._ref(ref))
-        except ArtifactNotFound:
-            seen[ref] = Origin(ref, missing=True)
-            return seen[ref]
-        pinned = pin(ref, digest) if "@" not in ref else ref
-        annotations = _media.decode_manifest(data, ref).annotations
-        node = Origin(pinned, {k: annotations[a] for k, a in _FIELDS.items() if a in annotations})
-        seen[ref] = node
-        if depth < MAX_DEPTH:
-            for name, source in _inputs(annotations).items():
-                node.inputs[name] = await visit(source, depth + 1)
-        return node
+    Breadth first and without recursion, each reference read once, so loops and shared
+    inputs end. At most ``MAX_NODES`` artifacts are read and ``MAX_DEPTH`` steps followed;
+    a node whose inputs were not read for either bound says so (``unread``). An input the
+    store lost is a node marked ``missing``; ``reference`` itself missing raises
+    ArtifactNotFound, as a pull of it does.
+    """
+    root, inputs = await _read(store, reference, root=True)
+    seen = {reference: root}
+    queue: deque[tuple[Origin, dict[str, str], int]] = deque([(root, inputs, 0)])
+    while queue:
+        node, pending, depth = queue.popleft()
+        if pending and depth >= MAX_DEPTH:
+            node.unread = f"inputs not followed: deeper than {MAX_DEPTH} steps"
+            continue
+        for name, source in pending.items():
+            if source not in seen:
+                if len(seen) >= MAX_NODES:
+                    node.unread = f"inputs not followed: more than {MAX_NODES} artifacts"
+                    break
+                seen[source], its_inputs = await _read(store, source)
+                queue.append((seen[source], its_inputs, depth + 1))
+            node.inputs[name] = seen[source]
+    return root
 
-    return await visit(reference, 0)
+
+async def _read(
+    store: CacheStore, ref: str, *, root: bool = False
+) -> tuple[Origin, dict[str, str]]:
+    """Return the node of ``ref`` and its inputs' references (none when it is missing)."""
+    try:
+        data, _, digest = await store.get_manifest(store._ref(ref))
+    except ArtifactNotFound:
+        if root:
+            raise
+        return Origin(ref, missing=True), {}
+    pinned = pin(ref, digest) if "@" not in ref else ref
+    annotations = _media.decode_manifest(data, ref).annotations
+    node = Origin(pinned, {k: annotations[a] for k, a in _FIELDS.items() if a in annotations})
+    return node, _inputs(annotations)
 
 
 def _inputs(annotations: Any) -> dict[str, str]:
     try:
         found = json.loads(annotations.get("k8sjobs.io/inputs", "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(found, dict):
         return {}
@@ -126,22 +195,16 @@ def ro_crate(tree: Origin) -> dict[str, Any]:
     as ``object``, its output as ``result``, with start and end; artifacts are data entities
     identified by their pinned references.
     """
-    graph: list[dict[str, Any]] = []
     nodes: dict[str, Origin] = {}
-
-    def collect(node: Origin) -> None:
-        if node.reference not in nodes:
-            nodes[node.reference] = node
-            for child in node.inputs.values():
-                collect(child)
-
-    collect(tree)
+    for node, _, _, seen in mentions(tree):
+        if not seen:
+            nodes.setdefault(node.reference, node)
 
     def artifact_id(node: Origin) -> str:
         return "#artifact-" + node.reference.rpartition("@")[2].replace(":", "-")
 
     sources = [n for n in nodes.values() if n.source]
-    graph += [
+    graph: list[dict[str, Any]] = [
         {
             "@id": "ro-crate-metadata.json",
             "@type": "CreativeWork",
@@ -178,7 +241,7 @@ def ro_crate(tree: Origin) -> dict[str, Any]:
             "@type": "CreateAction",
             "name": f"k8sjobs run that made {tree.reference}",
             "instrument": {"@id": "lineage.json"},
-            "object": [{"@id": artifact_id(n)} for n in sources],
+            "object": _ids(artifact_id(n) for n in sources),
             "result": [{"@id": artifact_id(tree)}],
             "actionStatus": {"@id": "http://schema.org/CompletedActionStatus"},
         },
@@ -200,7 +263,7 @@ def ro_crate(tree: Origin) -> dict[str, Any]:
             "@id": f"#step-{artifact_id(node)[1:]}",
             "@type": "CreateAction",
             "name": f"{f.get('study', '?')}/{f.get('step', '?')}",
-            "object": [{"@id": artifact_id(child)} for child in node.inputs.values()],
+            "object": _ids(artifact_id(child) for child in node.inputs.values()),
             "result": [{"@id": artifact_id(node)}],
             "actionStatus": {
                 "@id": "http://schema.org/"
@@ -224,4 +287,14 @@ def ro_crate(tree: Origin) -> dict[str, Any]:
             if ours in f:
                 action[theirs] = f[ours]
         graph.append(action)
-    return {"@context": "https://w3id.org/ro/crate/1.3/context", "@graph": graph}
+    # One entity per @id (RO-Crate requires it): a script many steps ran, or one artifact
+    # under two references, is described once, first mention wins.
+    unique: dict[str, dict[str, Any]] = {}
+    for entity in graph:
+        unique.setdefault(entity["@id"], entity)
+    return {"@context": "https://w3id.org/ro/crate/1.3/context", "@graph": list(unique.values())}
+
+
+def _ids(ids: Iterable[str]) -> list[dict[str, str]]:
+    """Return ``[{"@id": ...}]`` of ``ids``, each once, in order."""
+    return [{"@id": i} for i in dict.fromkeys(ids)]
