@@ -106,7 +106,9 @@ class FakeCluster:
         self.kubelet = Kubelet(self.store, config)
         self.namespaces = NamespaceController(self.store, linger=namespace_linger)
         self.flux_operator = FluxOperator(self.store, self.kubelet)  # once its CRD is installed
-        self.jobset_controller = JobSetController(self.store, f"jobset-{config.node.name}")
+        self.jobset_controller = JobSetController(
+            self.store, f"jobset-{config.node.name}", self.controller.config.time_scale
+        )
         self.faults = Faults(
             drop_watches=self.store.drop_watches,
             compact=self.store.compact,

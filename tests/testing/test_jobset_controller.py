@@ -250,3 +250,39 @@ async def test_names_that_would_pass_63_characters_are_refused_by_the_webhook(
     assert "pod names generated for this JobSet will exceed 63 characters" in error["message"]
     assert fake.get("jobsets", too_long) is None
     await wait_until(lambda: fake.get("jobs", f"{fits}-workers-0") is not None, "its Jobs")
+
+
+async def test_depends_on_complete_waits_for_the_dependency_to_succeed(fake: FakeCluster) -> None:
+    first = rjob("prepare", 1, {f"{FAKE}duration": "0.2"})
+    then = rjob(
+        "run", 1, {f"{FAKE}duration": "0.05"}, dependsOn=[{"name": "prepare", "status": "Complete"}]
+    )
+    body = mpi("chain")
+    body["spec"] = {"replicatedJobs": [first, then], "network": {"enableDNSHostnames": False}}
+    created_when: list[bool] = []
+
+    def note(event: Any) -> None:
+        if (
+            event.resource == "jobs"
+            and event.type == "ADDED"
+            and event.obj["metadata"]["name"] == "chain-run-0"
+        ):
+            prepare = fake.get("jobs", "chain-prepare-0") or {}
+            done = (prepare.get("status") or {}).get("conditions") or []
+            created_when.append(any(c["type"] == "Complete" for c in done))
+
+    fake.store.listen(note)
+    fake.store.create("jobsets", "default", body)
+    await wait_until(lambda: terminal(fake, "chain") == "Completed", "the JobSet completes")
+    assert created_when == [True]
+    assert fake.get("services", "chain") is None  # no DNS hostnames, no Service
+
+
+async def test_ttl_after_finished_deletes_the_jobset_and_what_it_owns(fake: FakeCluster) -> None:
+    fake.store.create("jobsets", "default", mpi("brief", ttlSecondsAfterFinished=0))
+    await wait_until(lambda: fake.get("jobs", "brief-launcher-0") is not None, "the launcher")
+    await wait_until(lambda: fake.get("jobsets", "brief") is None, "the JobSet deleted")
+    await wait_until(
+        lambda: not fake.objects("jobs") and fake.get("services", "brief") is None,
+        "its Jobs and Service collected",
+    )

@@ -32,10 +32,11 @@ its webhooks as shared/k8s-reference/jobset-*.json record them:
   Without a failurePolicy a failed Job fails the JobSet (``FailedJobs``);
 - ``spec.suspend``: Jobs are created suspended, running ones suspended; on resume the Jobs'
   pod templates take the replicated Job's labels, annotations, nodeSelector and tolerations
-  (what Kueue changes while a JobSet waits) and are unsuspended.
+  (what Kueue changes while a JobSet waits) and are unsuspended;
+- ``ttlSecondsAfterFinished``: a finished JobSet is deleted (foreground) that long after.
 
 Not emulated: startupPolicy InOrder, coordinator, RestartJob actions and in-place restarts,
-volumeClaimPolicies, ttlSecondsAfterFinished, exclusive placement, and of the validating
+volumeClaimPolicies, exclusive placement, and of the validating
 webhook all but its name-length checks.
 """
 
@@ -401,9 +402,14 @@ def _default(obj: Obj) -> None:
 class JobSetController:
     """Reconciles JobSets into Jobs and a Service, and their Jobs' outcomes into status."""
 
-    def __init__(self, store: Store, instance: str = "jobset-fake") -> None:
+    def __init__(
+        self, store: Store, instance: str = "jobset-fake", time_scale: float = 1.0
+    ) -> None:
         self.store = store
         self.instance = instance
+        #: multiplies ttlSecondsAfterFinished, as the Job controller's `time_scale` does.
+        self.time_scale = time_scale
+        self._ttl_armed: set[str] = set()  # the JobSets (uids) whose deletion is scheduled
         # The Jobs as the controller's informer has seen them, event by event: a reconcile
         # sees each status the job controller wrote, not only the latest.
         self._jobs: dict[str, dict[str, Obj]] = {}  # by the JobSet's uid, then the Job's
@@ -451,6 +457,7 @@ class JobSetController:
         status["replicatedJobsStatus"] = _replicated_statuses(spec, jobs)
         if _finished(status):
             self._delete(jobs["active"])
+            self._arm_ttl(js)
         else:
             self._delete(jobs["previous"])
             self._progress(js, status, jobs, events)
@@ -491,6 +498,27 @@ class JobSetController:
                 "Normal",
                 events,
             )
+
+    def _arm_ttl(self, js: Obj) -> None:
+        """Delete a finished JobSet (foreground) ttlSecondsAfterFinished after it finished."""
+        ttl = (js.get("spec") or {}).get("ttlSecondsAfterFinished")
+        uid = js["metadata"]["uid"]
+        if ttl is None or uid in self._ttl_armed:
+            return
+        self._ttl_armed.add(uid)
+        meta = js["metadata"]
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_later(
+                float(ttl) * self.time_scale, self._expire, meta["namespace"], meta["name"], uid
+            )
+
+    def _expire(self, namespace: str, name: str, uid: str) -> None:
+        self._ttl_armed.discard(uid)
+        current = self.store.get(PLURAL, namespace, name)
+        if current is None or current["metadata"]["uid"] != uid:
+            return
+        with contextlib.suppress(ApiError):
+            self.store.delete(PLURAL, namespace, name, propagation="Foreground")
 
     def _owned(self, js: Obj) -> list[Obj]:
         return list(self._jobs.get(js["metadata"]["uid"], {}).values())
