@@ -10,6 +10,7 @@ from .state import StepResult, StepState
 _COLOURS = {
     StepState.PENDING: "#999999",
     StepState.RUNNING: "#1f77b4",
+    StepState.PREEMPTED: "#bcbd22",
     StepState.SUCCEEDED: "#2ca02c",
     StepState.FAILED: "#d62728",
     StepState.CANCELLED: "#ff7f0e",

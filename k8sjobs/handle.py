@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StepControl", "StepHandle"]
 
-_ORDER = {StepState.PENDING: 0, StepState.RUNNING: 1}
-
 
 @runtime_checkable
 class StepControl(Protocol):
@@ -195,7 +193,8 @@ class StepHandle:
 
         This is how a backend (and the session, for a step it refuses to send) tells the
         handle what it learned; callers of the library only read. Terminal snapshots are
-        final and a step never goes back from RUNNING to PENDING, so a backend may report
+        final and a step never goes back from RUNNING to PENDING except through a Kueue
+        eviction (``StepResult.progress``: one more eviction), so a backend may report
         whatever its watch replays: stale news is dropped here and False is returned.
         Listeners are called on a change of state or of reason (a step that waits says why
         as soon as it is known: FailedCreate, Unschedulable) and on the terminal snapshot.
@@ -207,7 +206,7 @@ class StepHandle:
             if result.state.terminal:
                 return False  # the ended attempt's, judged again (or cancelled by the resend)
             self._between_attempts = False  # the next attempt's first news
-        elif not result.state.terminal and _ORDER[result.state] < _ORDER.get(current.state, 0):
+        elif not result.state.terminal and result.progress < current.progress:
             return False
         if result.state.terminal and self.on_end is not None:
             result = self.on_end(result)

@@ -1,12 +1,19 @@
 """Where a step is in its life, and what came of it (pure values, no I/O).
 
     PENDING ──> RUNNING ──> SUCCEEDED
-       │           │──────> FAILED      (reason says why: exit code, OOMKilled, ...)
-       │           │──────> CANCELLED   (this driver cancelled it)
-       └───────────┴──────> LOST        (its Job vanished without us asking)
+     ▲ │           │──────> FAILED      (reason says why: exit code, OOMKilled, ...)
+     │ │           │──────> CANCELLED   (this driver cancelled it)
+     │ └───────────┴──────> LOST        (its Job vanished without us asking)
+     │             │
+     │             ▼
+     └──────── PREEMPTED                (Kueue evicted its Workload and re-suspended its Job)
 
 PENDING covers queued, suspended by Kueue, unschedulable and pulling an image; the reason
-tells which. The four right-hand states are terminal: a handle never leaves them.
+tells which. PREEMPTED is not an end: Kueue requeues the step, which waits (PENDING, with
+the quota reason) and runs again when re-admitted; its pods' exit 143 there is not its
+failure. ``StepResult.evictions`` counts the evictions, so a handle orders
+PENDING/RUNNING/PREEMPTED by (evictions, state) and a replayed older event cannot move it
+back (docs/design.md). The four right-hand states are terminal: a handle never leaves them.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ class StepState(enum.Enum):
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -42,6 +50,7 @@ class StepState(enum.Enum):
         return self.value
 
 
+_ROUND = {StepState.PREEMPTED: 0, StepState.PENDING: 1, StepState.RUNNING: 2}
 _TERMINAL = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED, StepState.LOST})
 
 
@@ -55,7 +64,8 @@ class StepResult:
     artifact reference (pinned by digest once the push reported it). ``usage`` is what the
     main container used (``k8sjobs.usage.Usage``), known once it has ended, else None.
     ``memory_attempts`` is the memory (bytes) each attempt of a ``retry_oom`` step asked
-    for, oldest first (empty for any other step).
+    for, oldest first (empty for any other step). ``evictions`` is how many times Kueue
+    evicted the step's Workload (its ``status.schedulingStats.evictions``; 0 unqueued).
     """
 
     name: str
@@ -70,11 +80,22 @@ class StepResult:
     log_file: str | None = None
     usage: Usage | None = None
     memory_attempts: tuple[int, ...] = ()
+    evictions: int = 0
 
     @property
     def ok(self) -> bool:
         """Return whether the step succeeded."""
         return self.state is StepState.SUCCEEDED
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """Return where a non-terminal step is in its life, to order two reports of it.
+
+        Each eviction starts a new round: PREEMPTED, PENDING again, RUNNING again. So
+        (evictions, PENDING) > (evictions - 1, RUNNING), and a replayed event of an earlier
+        round sorts below the news that followed it.
+        """
+        return self.evictions, _ROUND.get(self.state, len(_ROUND))
 
     @property
     def duration(self) -> float | None:

@@ -18,8 +18,9 @@ from k8sjobs.handle import StepControl, StepHandle
 from k8sjobs.state import StepResult, StepState
 from k8sjobs.steps.spec import Step
 
-P, R = StepState.PENDING, StepState.RUNNING
-RANK = {P: 0, R: 1}  # every terminal state ranks 2
+P, R, X = StepState.PENDING, StepState.RUNNING, StepState.PREEMPTED
+# Within a round (one more Kueue eviction each): PREEMPTED, PENDING, RUNNING; terminal last.
+ROUND = {X: 0, P: 1, R: 2}
 
 
 class Recorder:
@@ -50,8 +51,10 @@ def make(step: Step | None = None) -> tuple[StepHandle, Recorder]:
     return handle, control
 
 
-def rank(state: StepState) -> int:
-    return RANK.get(state, 2)
+def rank(result: StepResult) -> tuple[int, int]:
+    if result.state.terminal:
+        return (1 << 30, 0)
+    return result.evictions, ROUND[result.state]
 
 
 results = st.builds(
@@ -60,6 +63,7 @@ results = st.builds(
     state=st.sampled_from(list(StepState)),
     reason=st.sampled_from(["", "Pulling", "ExitCode", "Completed"]),
     exit_code=st.sampled_from([None, 0, 3]),
+    evictions=st.integers(0, 3),
 )
 
 
@@ -80,7 +84,7 @@ def test_a_handle_only_moves_forward_and_stops_at_a_terminal_result(
         if changed:
             assert handle.result == result
             seen.append(result)
-    ranks = [rank(r.state) for r in seen]
+    ranks = [rank(r) for r in seen]
     assert ranks == sorted(ranks), "a handle went back"
     terminal = [r for r in seen if r.state.terminal]
     assert len(terminal) <= 1 and (not terminal or seen[-1] is terminal[0])

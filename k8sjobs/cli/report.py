@@ -210,7 +210,7 @@ def _driver_note(run: Run, rows: Sequence[_Row], as_of: float) -> str:
     if driver is None:
         return ""
     who = f"pid {driver.get('pid')} on {driver.get('host')}"
-    unended = [r.name for r in rows if r.state in ("PENDING", "RUNNING")]
+    unended = [r.name for r in rows if r.state in ("PENDING", "PREEMPTED", "RUNNING")]
     last = _clock(driver.get("last_change") or as_of, date=True)
     if driver.get("alive"):
         text = (
@@ -516,7 +516,7 @@ def _reason(row: _Row, driver: Mapping[str, Any] | None) -> str:
         text = (
             f"adopted from an earlier driver; {text}" if text else "adopted from an earlier driver"
         )
-    if row.state in ("PENDING", "RUNNING") and driver is not None and not driver.get("alive"):
+    if row.state in ("PENDING", "PREEMPTED", "RUNNING") and driver and not driver.get("alive"):
         why = "the driver died" if driver.get("alive") is False else "its driver is elsewhere"
         text = (text + "; " if text else "") + f"not seen to end: {why}"
     return text or "-"

@@ -36,6 +36,7 @@ __all__ = ["FIELDS", "Field", "LiveView", "Progress", "status_table", "step_reco
 _STYLE = {
     StepState.PENDING: "dim",
     StepState.RUNNING: "cyan",
+    StepState.PREEMPTED: "yellow",
     StepState.SUCCEEDED: "green",
     StepState.FAILED: "bold red",
     StepState.CANCELLED: "yellow",

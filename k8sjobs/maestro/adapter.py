@@ -139,6 +139,7 @@ class _VolumesAndPlacement(_Settings):
     volumes: list[Volume] = []
     shm: str | int | None = None
     priority_class: str | None = None
+    priority: str | None = None
     runtime_class: str | None = None
     affinity: Affinity | None = None
     spread: str | None = None

@@ -750,7 +750,7 @@ def _job(
         spec["ttlSecondsAfterFinished"] = math.ceil(step.ttl_after_finished.total_seconds())
     job_meta = _meta(meta)
     if step.queue:
-        job_meta["labels"]["kueue.x-k8s.io/queue-name"] = step.queue
+        job_meta["labels"] |= step.queue_labels
         spec["suspend"] = True
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": spec}
 

@@ -186,7 +186,9 @@ def minicluster(
         "tasks": step.resources.tasks,
         "backoffLimit": max(step.retries, 1),
         "logging": {"strict": True},
-        "jobLabels": dict(labels),  # render adds the spec hash, as on every object
+        # Render adds the spec hash, as on every object; Kueue reads the queue from the
+        # operator's Job, whose webhook suspends it until admitted.
+        "jobLabels": dict(labels) | step.queue_labels,
         "pod": _pod(step, meta),
         "containers": containers,
     }

@@ -101,6 +101,7 @@ EXCLUDED_FIELDS = frozenset(
         "service_account",
         "image_pull_secrets",
         "queue",
+        "priority",
         "priority_class",
         "affinity",
         "spread",

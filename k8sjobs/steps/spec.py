@@ -45,6 +45,8 @@ __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_LAUNCHER",
     "KNOWN_SHELLS",
+    "PRIORITY_LABEL",
+    "QUEUE_LABEL",
     "SCRIPT_LIMIT",
     "LauncherCall",
     "Resources",
@@ -62,6 +64,9 @@ DEFAULT_IMAGE = "python:3.12-slim"
 DEFAULT_LAUNCHER = "mpirun -np {procs} --host {hosts}"
 SSH_DIR_ROOT = "/root/.ssh"
 SSH_DIR_NONROOT = "/home/nonroot/.ssh"
+# Kueue reads a queued workload's LocalQueue and WorkloadPriorityClass from these labels.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 LAUNCHER_FIELDS = ("procs", "nodes", "procs_per_node", "cores_per_task", "hosts", "hostfile")
 KNOWN_SHELLS: dict[str, tuple[str, ...]] = {
     "bash": ("/bin/bash",),
@@ -572,6 +577,10 @@ class Step(_Model):
     service_account: str | None = None
     image_pull_secrets: list[str] = []
     queue: str | None = Field(None, description="Kueue LocalQueue name.")
+    # Kueue's WorkloadPriorityClass (the kueue.x-k8s.io/priority-class label): the step's
+    # place in its queue and whom it may preempt; priority_class is the pod's, for kubelet
+    # and scheduler. docs/kueue.md.
+    priority: str | None = Field(None, description="Kueue WorkloadPriorityClass name.")
     inputs: dict[str, str | StepOutput] = {}
     outputs: dict[str, str] = {}
     launcher: str = DEFAULT_LAUNCHER
@@ -742,6 +751,34 @@ class Step(_Model):
             raise ValueError(f'"{value}" is not a valid Kubernetes object name')
         return value
 
+    @field_validator("priority")
+    @classmethod
+    def _priority_is_name(cls, value: str | None) -> str | None:
+        # A label value too: at most 63 characters.
+        if value is not None and (len(value) > 63 or not _DNS_SUBDOMAIN.match(value)):
+            raise ValueError(
+                f'"{value}" is not a valid WorkloadPriorityClass name (priority is Kueue\'s, '
+                "the kueue.x-k8s.io/priority-class label; the pod's PriorityClass is "
+                "priority_class)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _priority_is_queued(self) -> Step:
+        if self.priority is not None and not self.queue:
+            message = (
+                "priority names a Kueue WorkloadPriorityClass, which only a queued step has; "
+                "set queue to a LocalQueue, or use priority_class for the pod's PriorityClass"
+            )
+            raise _field_error("Step", ("priority",), message, self.priority)
+        if self.priority is not None and PRIORITY_LABEL in self.labels:
+            message = (
+                f"priority and labels[{PRIORITY_LABEL}] both set Kueue's priority; "
+                "keep priority and drop the label"
+            )
+            raise _field_error("Step", ("priority",), message, self.priority)
+        return self
+
     @field_validator("image_pull_secrets")
     @classmethod
     def _pull_secrets_are_names(cls, value: list[str]) -> list[str]:
@@ -843,6 +880,20 @@ class Step(_Model):
         if self.ssh_dir is not None:
             return self.ssh_dir
         return SSH_DIR_NONROOT if self.security == "restricted" else SSH_DIR_ROOT
+
+    @property
+    def queue_labels(self) -> dict[str, str]:
+        """Return the labels that put this step in its Kueue queue (empty when unqueued).
+
+        On a Job or JobSet they go on the object; a MiniCluster passes them to the Job its
+        operator makes (``spec.jobLabels``), which Kueue's webhook then suspends and admits.
+        """
+        if not self.queue:
+            return {}
+        labels = {QUEUE_LABEL: self.queue}
+        if self.priority is not None:
+            labels[PRIORITY_LABEL] = self.priority
+        return labels
 
     @model_validator(mode="after")
     def _ssh_dir_outside_workdir(self) -> Step:
@@ -1013,8 +1064,6 @@ def minicluster_problems(step: Step) -> list[tuple[str, str]]:
         found.append(
             ("shell", "the Flux Operator splits the command at spaces; no word may hold one")
         )
-    if step.queue:
-        found.append(("queue", "a MiniCluster is not suspended for Kueue; leave queue unset"))
     # Volumes and scheduling knobs render into a Job's pod; the MiniCluster does not get them.
     for name in ("volumes", "shm", "priority_class", "runtime_class", "affinity", "spread"):
         if getattr(step, name):

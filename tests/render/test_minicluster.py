@@ -151,7 +151,6 @@ def test_secrets_go_by_reference() -> None:
         ({"security": "restricted"}, "security", "restricted"),
         ({"launch": "ssh"}, "launch", "Flux launches"),
         ({"image_pull_secrets": ["a", "b"]}, "image_pull_secrets", "one image pull secret"),
-        ({"queue": "q"}, "queue", "Kueue"),
         ({"retries": 2, "retry_on_exit_codes": [75]}, "retry_on_exit_codes", "target: job"),
         ({"fail_on_exit_codes": [2]}, "fail_on_exit_codes", "podFailurePolicy"),
         ({"disruptions": "ignore"}, "disruptions", "leave disruptions unset"),

@@ -70,6 +70,7 @@ SAME: dict[str, dict[str, Any]] = {
     "service_account": {"service_account": "runner"},
     "image_pull_secrets": {"image_pull_secrets": ["pull"]},
     "queue": {"queue": "batch"},
+    "priority": {"queue": "batch", "priority": "high"},
     "priority_class": {"priority_class": "high"},
     "affinity": {"affinity": {"required": [{"key": "zone", "operator": "Exists"}]}},
     "spread": {"spread": "zone"},

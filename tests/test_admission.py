@@ -1,0 +1,175 @@
+"""Kueue's word on a queued step, replayed from the real controller's transcripts.
+
+Each kueue-*.json transcript (../shared/k8s-reference) is replayed as the backend's watches
+would see it: Job, Pod and Workload events merged by time, every step judged after each
+event by ``status.judge`` with ``admission.judge`` over it, and reported to a StepHandle, as
+the kube backend does. The handle's states and reasons are what a user would have seen.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from k8sjobs.admission import Admission, Stage, admission, job_uid, judge
+from k8sjobs.handle import StepHandle
+from k8sjobs.state import StepResult, StepState
+from k8sjobs.status import judge as judge_job
+
+from .test_handle import Recorder
+
+REFERENCE = Path("/work/shared/k8s-reference")
+if not REFERENCE.exists():  # CI lays shared/ beside the clone
+    REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "k8s-reference"
+P, R, X, S = StepState.PENDING, StepState.RUNNING, StepState.PREEMPTED, StepState.SUCCEEDED
+
+
+def replay(name: str) -> dict[str, list[StepResult]]:
+    """Return, per Job name, each change of (state, reason) its handle reported, in order."""
+    data = json.loads((REFERENCE / name).read_text())
+    events = [("job", e) for e in data["job_watch_events"]]
+    events += [("pod", e) for e in data["pod_watch_events"]]
+    events += [("workload", e) for e in data["workload_watch_events"]]
+    events.sort(key=lambda item: item[1]["t"])
+    jobs: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    workloads: dict[str, dict[str, Any]] = {}
+    handles: dict[str, StepHandle] = {}
+    seen: dict[str, list[StepResult]] = {}
+    first = data["job_watch_events"][0]["object"]["metadata"]["creationTimestamp"]
+    start = datetime.fromisoformat(first) - timedelta(seconds=data["job_watch_events"][0]["t"])
+    for kind, event in events:
+        if event["type"] == "BOOKMARK":
+            continue
+        obj = event["object"]
+        if kind == "job":
+            jobs[obj["metadata"]["uid"]] = obj
+        elif kind == "pod":
+            pods[obj["metadata"]["name"]] = obj
+        else:
+            workloads[job_uid(obj)] = obj
+        now = start + timedelta(seconds=event["t"])
+        for uid, job in jobs.items():
+            name = job["metadata"]["name"]
+            own = [
+                p
+                for p in pods.values()
+                if any(r["uid"] == uid for r in p["metadata"].get("ownerReferences", ()))
+                and "deletionTimestamp" not in p["metadata"]
+            ]
+            result = judge_job(job, own, now=now, pending_grace=60).evolve(name=name)
+            found = admission(workloads[uid]) if uid in workloads else None
+            handle = handles.setdefault(
+                uid,
+                StepHandle(
+                    name=name, study="t", object_name=name, namespace="demo", backend=Recorder()
+                ),
+            )
+            before = handle.result
+            handle.report(judge(result, found))
+            after = handle.result
+            if (after.state, after.reason) != (before.state, before.reason):
+                seen.setdefault(name, []).append(after)
+    return seen
+
+
+def states(results: list[StepResult]) -> list[StepState]:
+    folded: list[StepState] = []
+    for result in results:
+        if not folded or folded[-1] is not result.state:
+            folded.append(result.state)
+    return folded
+
+
+def test_every_kueue_transcript_is_replayed_here() -> None:
+    found = {p.name for p in REFERENCE.glob("kueue-*.json")}
+    assert found == {
+        "kueue-admitted.json",
+        "kueue-pending-quota.json",
+        "kueue-preempted.json",
+        "kueue-no-localqueue.json",
+        "kueue-indexed-multipod.json",
+    }
+
+
+@pytest.mark.parametrize("name", ["kueue-admitted.json", "kueue-indexed-multipod.json"])
+def test_an_admitted_workload_leaves_the_job_to_say_it_runs(name: str) -> None:
+    seen = replay(name)
+    assert len(seen) == 1, "one Job, one Workload (an Indexed Job of 3 pods too)"
+    (results,) = seen.values()
+    assert states(results) == [P, R, S]
+    assert [r.reason for r in results][:3] == ["Suspended", "Queued", "Admitted"]
+
+
+def test_a_step_waiting_on_quota_says_kueues_reason() -> None:
+    seen = replay("kueue-pending-quota.json")
+    assert [states(seen[n]) for n in ("q1", "q2")] == [[P, R, S], [P, R, S]]
+    waiting = next(r for r in seen["q3"] if r.reason not in ("Suspended", "Queued"))
+    assert (waiting.state, waiting.reason) == (P, "WaitingForQuota")
+    assert waiting.message == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
+        "flavor default, 1 more needed"
+    )
+    assert states(seen["q3"]) == [P, R, S]
+
+
+def test_a_preempted_step_is_preempted_then_waits_then_runs_and_succeeds() -> None:
+    seen = replay("kueue-preempted.json")
+    low = seen["low"]
+    assert states(low) == [P, R, X, P, R, S]
+    preempted = next(r for r in low if r.state is X)
+    assert preempted.reason == "Preempted"
+    assert preempted.message.startswith("Preempted to accommodate a workload (UID: ")
+    assert preempted.evictions == 1
+    waiting = low[low.index(preempted) + 1]
+    assert (waiting.state, waiting.reason) == (P, "WaitingForQuota")
+    assert "insufficient unused quota for cpu" in waiting.message
+    assert all(r.state is not StepState.FAILED for r in low) and low[-1].evictions == 1
+    high = seen["high"]
+    assert "WaitingForPreemptedWorkloads" in [r.reason for r in high]
+    assert states(high) == [P, R, S]
+
+
+def test_a_missing_local_queue_is_named_from_the_first_condition() -> None:
+    seen = replay("kueue-no-localqueue.json")
+    (results,) = seen.values()
+    said = next(r for r in results if r.reason not in ("Suspended", "Queued"))
+    assert (said.state, said.reason) == (P, "Misconfigured")
+    assert said.message == "LocalQueue no-such-queue doesn't exist"
+    assert states(results) == [P, R, S]
+
+
+def test_a_workload_is_its_jobs_by_owner_reference_or_the_job_uid_label() -> None:
+    owned = {"metadata": {"ownerReferences": [{"uid": "a", "controller": True}]}}
+    labelled = {"metadata": {"labels": {"kueue.x-k8s.io/job-uid": "b"}}}
+    assert (job_uid(owned), job_uid(labelled), job_uid({})) == ("a", "b", "")
+
+
+def test_a_workload_kueue_has_not_looked_at_yet_says_its_queue() -> None:
+    found = admission({"spec": {"queueName": "lq"}})
+    assert found == Admission(
+        Stage.WAITING, "Queued", 'queued in LocalQueue "lq", not yet evaluated by Kueue', 0
+    )
+
+
+@given(
+    st.sampled_from(list(StepState)),
+    st.sampled_from(list(Stage)),
+    st.integers(0, 5),
+)
+def test_an_ended_job_stands_whatever_its_workload_says(
+    state: StepState, stage: Stage, evictions: int
+) -> None:
+    result = StepResult(name="s", state=state, reason="Completed")
+    judged = judge(result, Admission(stage, "Preempted", "m", evictions))
+    assert judged.evictions == evictions
+    if state.terminal:
+        assert judged == result.evolve(evictions=evictions)
+    else:
+        assert judged.state is {Stage.EVICTED: X, Stage.WAITING: P}.get(stage, state)
