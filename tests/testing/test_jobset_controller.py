@@ -286,3 +286,45 @@ async def test_ttl_after_finished_deletes_the_jobset_and_what_it_owns(fake: Fake
         lambda: not fake.objects("jobs") and fake.get("services", "brief") is None,
         "its Jobs and Service collected",
     )
+
+
+async def test_a_restart_in_execute_mode_waits_for_the_new_workers_agents(tmp_path: Path) -> None:
+    """Executing kubelet, launcher exits 3 under maxRestarts 1: each attempt's launcher Job
+    is created only once that attempt's workers (new pods, the same hostnames) serve."""
+    probe = {"tcpSocket": {"port": 2222}, "periodSeconds": 1}
+    body = mpi("again", failurePolicy={"maxRestarts": 1})
+    workers, launcher = (
+        r["template"]["spec"]["template"]["spec"] for r in body["spec"]["replicatedJobs"]
+    )
+    workers["containers"][0].update(
+        command=["/bin/sh", "-c", "exec $K8SJOBS_WORKER_SERVE"], readinessProbe=probe
+    )
+    launcher["containers"][0]["command"] = ["/bin/sh", "-c", "exit 3"]
+    ready: dict[str, bool] = {}
+    launched_with_ready_workers: list[int] = []
+
+    def note(event: Any) -> None:
+        meta = event.obj["metadata"]
+        labels = meta.get("labels") or {}
+        attempt = labels.get("jobset.sigs.k8s.io/restart-attempt")
+        if event.resource == "pods" and "workers" in meta["name"]:
+            ready[meta["name"]] = event.type != "DELETED" and _worker_ready(event.obj)
+        if event.resource == "jobs" and event.type == "ADDED" and "launcher" in meta["name"]:
+            current = [
+                pod
+                for pod in cluster.objects("pods")
+                if pod["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt") == attempt
+                and ready.get(pod["metadata"]["name"])
+            ]
+            launched_with_ready_workers.append(len(current))
+
+    async with FakeCluster("execute", directory=tmp_path, controller=FAST) as cluster:
+        await cluster.install_jobset()
+        cluster.store.listen(note)
+        cluster.store.create("jobsets", "default", body)
+        await wait_until(lambda: terminal(cluster, "again") == "Failed", "the JobSet fails")
+        js = cluster.get("jobsets", "again")
+        assert js is not None
+    assert js["status"]["restarts"] == 1
+    assert js["status"]["conditions"][-1]["reason"] == "ReachedMaxRestarts"
+    assert launched_with_ready_workers == [2, 2]
