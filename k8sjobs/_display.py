@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
+from ._printable import printable
 from .state import StepResult, StepState
 
 _COLOURS = {
@@ -36,7 +37,7 @@ def result_table(results: Iterable[StepResult]) -> str:
     head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
     rows = []
     for result in results:
-        cells = [html.escape(c) for c in _cells(result)]
+        cells = [html.escape(printable(c)) for c in _cells(result)]
         cells[1] = f'<span style="color:{_COLOURS[result.state]}">{cells[1]}</span>'
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

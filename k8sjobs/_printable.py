@@ -11,20 +11,17 @@ what is there.
 from __future__ import annotations
 
 import re
-import unicodedata
 
-__all__ = ["printable"]
+__all__ = ["printable", "unsafe"]
 
-# Categories a terminal acts on or cannot encode: controls (C0, DEL, C1), line and
-# paragraph separators, surrogates; and the format characters that reorder text.
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Zl", "Zp", "Cs"})
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _ASCII_SAFE = re.compile(r"[\x20-\x7e]*")
 
 
 def unsafe(char: str) -> bool:
-    """Return whether printing ``char`` raw could act on the terminal."""
-    return char in _BIDI or unicodedata.category(char) in _UNSAFE_CATEGORIES
+    """Return whether ``char`` is not plain text to a terminal: a control (C0, DEL, C1), a
+    format character (bidi overrides, zero-width marks), a separator other than the space,
+    a surrogate, or unassigned (``str.isprintable``'s rule)."""
+    return not char.isprintable()
 
 
 def printable(text: str) -> str:
@@ -32,7 +29,7 @@ def printable(text: str) -> str:
     ``\\u202e``); text without one is returned unchanged."""
     if _ASCII_SAFE.fullmatch(text):
         return text  # the common case, without a look at each character
-    return "".join(_escape(c) if unsafe(c) else c for c in text)
+    return "".join(_escape(c) if not c.isprintable() else c for c in text)
 
 
 def _escape(char: str) -> str:

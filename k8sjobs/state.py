@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from ._printable import printable
 from .durations import span
 from .usage import Usage
 
@@ -149,4 +150,4 @@ class StepResult:
                 self.state, " after "
             ) + took
         used = f"; {self.usage.describe()}" if self.usage is not None else ""
-        return f"{self.name}: {self.state}{took}" + (f" ({why})" if why else "") + used
+        return printable(f"{self.name}: {self.state}{took}" + (f" ({why})" if why else "") + used)

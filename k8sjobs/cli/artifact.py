@@ -24,6 +24,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from .._printable import printable
 from ..artifacts._limits import ENV_MAX_BYTES, ENV_MAX_RATIO, PullLimits, parse_size
 from ..artifacts._store import ArtifactStore, open_store
 from ..artifacts._tarball import Compression
@@ -226,12 +227,6 @@ async def _cache_clear(args: argparse.Namespace) -> None:
         for key in keys:
             await cache.forget(key)
     print(f"forgot {len(keys)} recorded result{'s' if len(keys) != 1 else ''}")
-
-
-def printable(text: str) -> str:
-    """Return ``text`` with its control characters escaped: tags and records come from the
-    store, which another tool may have written, and must not drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

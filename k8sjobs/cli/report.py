@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .._printable import printable
 from ..durations import format_duration
 from ..usage import Usage, format_bytes, summarize_usage
 
@@ -100,7 +101,7 @@ def report_html(runs: Sequence[Run], *, source: str = "", now: float | None = No
     if not runs:
         raise ValueError("report_html needs at least one run")
     latest = runs[0]
-    title = html.escape(str(latest.get("study")))
+    title = _escape(str(latest.get("study")))
     parts = [_section(latest, now, heading=None)]
     if "driver" in latest:  # a journal: the last complete run, if any, follows
         for previous in runs[1:]:
@@ -110,7 +111,7 @@ def report_html(runs: Sequence[Run], *, source: str = "", now: float | None = No
                 + "</section>"
             )
     # No clock of its own: the same record gives the same page (diffable, cacheable).
-    foot = "written by k8sjobs report" + (f" from {html.escape(source)}" if source else "")
+    foot = "written by k8sjobs report" + (f" from {_escape(source)}" if source else "")
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -148,7 +149,7 @@ def _section(run: Run, now: float | None, heading: str | None) -> str:
         as_of = max(as_of, driver.get("last_change") or as_of)
         if driver.get("alive"):
             as_of = max(as_of, now if now is not None else datetime.now().timestamp())
-    out = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
+    out = [f"<h2>{_escape(heading)}</h2>" if heading else ""]
     out.append(f"<p class='headline'>{_headline(run, rows, origin, as_of)}</p>")
     out.append(_usage_line(rows))
     out.append(_driver_note(run, rows, as_of))
@@ -202,7 +203,7 @@ def _headline(run: Run, rows: Sequence[_Row], origin: float, as_of: float) -> st
     took = format_duration(as_of - origin)
     began = _clock(run.get("started") or origin, date=True)
     took = f"{took} recorded so far" if "driver" in run else f"took {took}"
-    return html.escape(f"Started {began}, {took}; {len(rows)} steps: {summary}.")
+    return _escape(f"Started {began}, {took}; {len(rows)} steps: {summary}.")
 
 
 def _driver_note(run: Run, rows: Sequence[_Row], as_of: float) -> str:
@@ -217,7 +218,7 @@ def _driver_note(run: Run, rows: Sequence[_Row], as_of: float) -> str:
             f"This run is still going (its driver, {who}, is alive); the page shows it as of "
             f"its last record, {last}. Run k8sjobs report again for a later view."
         )
-        return f"<div class='note going'>{html.escape(text)}</div>"
+        return f"<div class='note going'>{_escape(text)}</div>"
     unseen = ""
     if unended:
         unseen = (
@@ -229,10 +230,10 @@ def _driver_note(run: Run, rows: Sequence[_Row], as_of: float) -> str:
             f"This run has no end in its record, and its driver ({who}) cannot be checked from "
             f"here: it may still run, or have died. Its last record is from {last}.{unseen}."
         )
-        return f"<div class='note going'>{html.escape(text)}</div>"
+        return f"<div class='note going'>{_escape(text)}</div>"
     text = f"The driver of this run ({who}) died before the run ended: its last record is "
     text += f"from {last}.{unseen}" + ("; k8sjobs run resumes the study." if unseen else "")
-    return f"<div class='note'><strong>Driver died.</strong> {html.escape(text)}</div>"
+    return f"<div class='note'><strong>Driver died.</strong> {_escape(text)}</div>"
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -264,8 +265,8 @@ def _timeline(rows: Sequence[_Row], origin: float, as_of: float) -> str:
             body.append(f"<rect x='0' y='{y}' width='{width}' height='{_ROW}' fill='#fafafa'/>")
         name = row.name if len(row.name) * _CHAR <= label - 12 else _clip(row.name, label)
         body.append(
-            f"<text x='4' y='{y + 15}' font-size='12'>{html.escape(name)}"
-            f"<title>{html.escape(row.name)}</title></text>"
+            f"<text x='4' y='{y + 15}' font-size='12'>{_escape(name)}"
+            f"<title>{_escape(row.name)}</title></text>"
         )
         body.append(_marks(row, y, x, as_of, width))
     return (
@@ -323,7 +324,7 @@ def _marks(row: _Row, y: int, x: Callable[[float], float], as_of: float, width: 
         anchor = "start" if tx > tip else "end"
         out.append(
             f"<text x='{tx:.1f}' y='{y + 15}' font-size='11' fill='#424242' "
-            f"text-anchor='{anchor}'>{html.escape(text)}</text>"
+            f"text-anchor='{anchor}'>{_escape(text)}</text>"
         )
     return "".join(out)
 
@@ -462,7 +463,7 @@ def _legend(rows: Sequence[_Row]) -> str:
         if key not in present or key == "waiting":
             continue
         sample = _sample(key)
-        items.append(f"<span>{sample}{html.escape(_KINDS[key].meaning)}</span>")
+        items.append(f"<span>{sample}{_escape(_KINDS[key].meaning)}</span>")
     return f"<div class='legend'>{''.join(items)}</div>"
 
 
@@ -493,16 +494,16 @@ def _table(
         kind = _KINDS[row.kind]
         mark = _sample(row.kind) if row.kind != "waiting" else ""
         cells = [
-            f"<td>{html.escape(row.name)}</td>",
-            f"<td class='state' style='color:{kind.colour}'>{mark}{html.escape(kind.word)}</td>",
-            f"<td class='reason'>{html.escape(_reason(row, driver))}</td>",
+            f"<td>{_escape(row.name)}</td>",
+            f"<td class='state' style='color:{kind.colour}'>{mark}{_escape(kind.word)}</td>",
+            f"<td class='reason'>{_escape(_reason(row, driver))}</td>",
             f"<td class='num'>{_start(row, origin)}</td>",
-            f"<td class='num'>{html.escape(_waited(row, as_of))}</td>",
-            f"<td class='num'>{html.escape(_took(row, as_of) or '-')}</td>",
-            f"<td>{html.escape(_requested(row.record.get('requested')))}</td>",
-            f"<td class='used'>{html.escape(_used(row.record))}</td>",
+            f"<td class='num'>{_escape(_waited(row, as_of))}</td>",
+            f"<td class='num'>{_escape(_took(row, as_of) or '-')}</td>",
+            f"<td>{_escape(_requested(row.record.get('requested')))}</td>",
+            f"<td class='used'>{_escape(_used(row.record))}</td>",
         ]
-        lines.append(f"<tr data-step='{html.escape(row.name)}'>{''.join(cells)}</tr>")
+        lines.append(f"<tr data-step='{_escape(row.name)}'>{''.join(cells)}</tr>")
     lines.append("</tbody></table>")
     return "".join(lines)
 
@@ -529,11 +530,11 @@ def _start(row: _Row, origin: float) -> str:
         if when is None:
             return "-"
         same_day = _clock(when, date=True)[:10] == _clock(origin, date=True)[:10]
-        return f"<span class='dim'>earlier, {html.escape(_clock(when, date=not same_day))}</span>"
+        return f"<span class='dim'>earlier, {_escape(_clock(when, date=not same_day))}</span>"
     if row.started is None:
         return "-"
     offset = format_duration(row.started - origin)
-    return f"{html.escape(_clock(row.started))} <span class='dim'>(+{offset})</span>"
+    return f"{_escape(_clock(row.started))} <span class='dim'>(+{offset})</span>"
 
 
 def _waited(row: _Row, as_of: float) -> str:
@@ -614,9 +615,9 @@ def _usage_line(rows: Sequence[_Row]) -> str:
     if summary.unmeasured:
         line += f"; {summary.unmeasured} without figures"
     items = "".join(
-        f"<li>asked for far more than it used: {html.escape(o)}</li>" for o in summary.oversized
+        f"<li>asked for far more than it used: {_escape(o)}</li>" for o in summary.oversized
     )
-    return f"<p class='usage'>{html.escape(line)}.</p>" + (
+    return f"<p class='usage'>{_escape(line)}.</p>" + (
         f"<ul class='usage'>{items}</ul>" if items else ""
     )
 
@@ -646,3 +647,9 @@ def _epoch(value: object) -> float | None:
     if isinstance(value, str) and value:
         return datetime.fromisoformat(value).timestamp()
     return None
+
+
+def _escape(text: str) -> str:
+    """Return ``text`` for the page: HTML-escaped, its control characters shown as escapes
+    (names and reasons come from the cluster and the run record, not from us)."""
+    return html.escape(printable(text))

@@ -26,6 +26,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .._printable import printable
 from ..durations import format_duration
 from ..state import StepResult, StepState
 from ..study import summarize
@@ -64,11 +65,15 @@ class Field:
     cell: Callable[[StepResult, datetime], str | Text] | None = None
 
     def text(self, result: StepResult, now: datetime) -> str | Text:
-        """Return the table cell of ``result`` (a running step's time: up to ``now``)."""
-        if self.cell is not None:
-            return self.cell(result, now)
-        value = self.value(result)
-        return "" if value is None else Text(str(value))
+        """Return the table cell of ``result`` (a running step's time: up to ``now``), its
+        control characters escaped (names and reasons come from the server and stores)."""
+        if self.cell is None:
+            value = self.value(result)
+            return "" if value is None else Text(printable(str(value)))
+        cell = self.cell(result, now)
+        if isinstance(cell, str):
+            return printable(cell)
+        return Text(printable(cell.plain), style=cell.style)
 
 
 def _when(moment: datetime | None) -> str | None:
@@ -278,7 +283,7 @@ class Progress:
             self._ask_draw()
             return
         elapsed = self._clock() - self.start
-        print(f"[{elapsed:7.1f}s] {text or 'the API server answers again'}", flush=True)
+        print(printable(f"[{elapsed:7.1f}s] {text or 'the API server answers again'}"), flush=True)
 
     def update(self, result: StepResult) -> None:
         """Take a step's new result: ask for a draw, or print its line if its state changed."""
@@ -293,7 +298,7 @@ class Progress:
             if _newly_blocked(before, result):
                 line += f" ({result.reason}: {result.message})"
             elapsed = self._clock() - self.start
-            print(f"[{elapsed:7.1f}s] {line}", flush=True)
+            print(printable(f"[{elapsed:7.1f}s] {line}"), flush=True)
 
     def _ask_draw(self) -> None:
         """Draw now if the last draw is ``1/rate`` s old, else make sure a timer will."""

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from .._printable import printable
 from ..errors import StudyBusy, StudyError
 from ..handle import StepHandle
 from ..render.manifests import Target, render
@@ -488,7 +489,7 @@ def _print_status(
         for r in results:
             versus = request_versus_use(recorded.get(r.name), r.usage) if r.usage else ""
             if versus:
-                print(f"  {r.name}: {versus}")
+                print(printable(f"  {r.name}: {versus}"))
     used = usage_summary(results, recorded)
     if used:
         print(used)
@@ -497,7 +498,7 @@ def _print_status(
         print("last run: " + _origin_line(shown))
     for name, described in events.items():  # each failed, evicted or deleted pod, its cost
         for line in described:
-            print(f"  {name}: {line}")
+            print(printable(f"  {name}: {line}"))
 
 
 def _as_seen(record: Any) -> StepResult:
@@ -610,12 +611,14 @@ async def _cmd_logs(args: argparse.Namespace) -> int:
         recorded = _recorded(args, study)
         if step in recorded:
             why = recorded[step].message or recorded[step].reason or str(recorded[step].state)
-            print(f'step "{step}" of study "{study}" has no log: {why}', file=sys.stderr)
+            print(printable(f'step "{step}" of study "{study}" has no log: {why}'), file=sys.stderr)
         elif not handles and not recorded:
             _no_study(args, study)
         else:
             names = ", ".join(sorted({h.name for h in handles} | set(recorded)))
-            print(f'study "{study}" has no step "{step}" (steps: {names})', file=sys.stderr)
+            print(
+                printable(f'study "{study}" has no step "{step}" (steps: {names})'), file=sys.stderr
+            )
         return 1
     finally:
         await session.aclose()
@@ -627,7 +630,8 @@ def _say_why_empty(result: StepResult) -> None:
     if result.state.terminal and not result.ok:
         why = result.message or result.reason
         print(
-            f'step "{result.name}" printed nothing; it ended {result.state}: {why}', file=sys.stderr
+            printable(f'step "{result.name}" printed nothing; it ended {result.state}: {why}'),
+            file=sys.stderr,
         )
 
 
