@@ -36,6 +36,7 @@ from .steps.spec import Step, StepOutput, check_dns_label
 
 if TYPE_CHECKING:
     from .kube.watch import WatchStats
+    from .observe import Observer
 
 __all__ = ["Session", "default_session", "dependency_failure", "submit_step"]
 
@@ -78,6 +79,10 @@ class Session:
         keep_failed: bool = False,
         cache: bool = True,
         options: dict[str, Any] | None = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        metrics_port: int | None = None,
+        trace_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.study = study
         self.store = store
@@ -110,6 +115,15 @@ class Session:
         self._closed = False
         self._pace = _gcpace.Holder()  # the garbage collector's pace, held while started
         self._reuse = Reuse(enabled=cache, plain_http=plain_http)
+        # Traces, metrics, a trace file (docs/observability.md): made at start, None when
+        # nothing was asked for (then nothing of it is imported or called).
+        self._observing = {
+            "tracer_provider": tracer_provider,
+            "meter_provider": meter_provider,
+            "metrics_port": metrics_port,
+            "trace_file": trace_file,
+        }
+        self.observer: Observer | None = None
 
     @property
     def namespace(self) -> str:
@@ -169,9 +183,12 @@ class Session:
         self._started = True
         self._pace.hold()
         try:
+            self.observer = _observer(self)
             await self._backend(self._default_kind)
         except BaseException:
             self._pace.release()  # a session that did not start (even by Ctrl-C) holds nothing
+            if self.observer is not None:
+                self.observer.close()
             raise
 
     async def aclose(self) -> None:
@@ -186,6 +203,8 @@ class Session:
                 await self._backends[kind].aclose()
         finally:
             self._pace.release()
+            if self.observer is not None:
+                self.observer.close()
 
     async def submit(
         self,
@@ -379,6 +398,8 @@ class Session:
             step=step,
         )
         self._handles[step.name] = handle
+        if self.observer is not None:
+            self.observer.watch(handle)
         memory = step.resources.memory_bytes
         if step.retry_oom is not None and memory is not None:
             handle.on_end = GrowingMemory(handle, step.retry_oom, memory, self._resend_with).on_end
@@ -406,6 +427,8 @@ class Session:
         key = None
         if cache is not None:
             key, pinned = await self._reuse.key(cache, step, target, pinned)
+            if self.observer is not None:
+                self.observer.keyed(handle, key)
         reused: bool | None = False
         if key is not None and cache is not None and not how.rerun:
             reused = await self._reuse.reuse(cache, handle, key)
@@ -575,6 +598,21 @@ async def submit_step(step: Step, *, session: Session | None = None, **options: 
     """Submit ``step`` on ``session`` (the default session if none) and return its handle."""
     chosen = session or await default_session()
     return await chosen.submit(step, **options)
+
+
+def _observer(session: Session) -> Observer | None:
+    """Return the observer ``session`` was asked for, importing nothing when none was."""
+    wanted = any(v is not None for v in session._observing.values())
+    if not wanted and not any(k.startswith("OTEL_") for k in os.environ):
+        return None
+    from .observe import observer_for
+
+    return observer_for(
+        study=session.study,
+        backend=session._default_kind,
+        watch_stats=lambda: session.watch_stats,
+        **session._observing,
+    )
 
 
 def _check_namespace(namespace: str | None) -> str | None:

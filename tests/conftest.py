@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 
 import pytest
+
+from k8sjobs.testing.registry import RegistryServer, registry_available, registry_process
 
 # Ctrl-C tests send SIGINT to the CLI they start. A suite started in the background by a
 # non-interactive shell (`bash .ci/run &`, a CI runner's script) inherits SIGINT ignored, and
@@ -21,3 +24,12 @@ def handoff_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     when they start, so the same test proves both paths hand over the same artifacts."""
     monkeypatch.setenv("K8SJOBS_HANDOFF", request.param)
     return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def docker_registry() -> Iterator[RegistryServer]:
+    """Yield a real docker-registry process (skipped where Debian's docker-registry is not)."""
+    if not registry_available():
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    with registry_process() as server:
+        yield server

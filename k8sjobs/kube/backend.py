@@ -25,6 +25,7 @@ from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, ClusterUnreachable, NotFound, ServerUnavailable
 from ..events import pod_event, warning_event
 from ..handle import StepHandle
+from ..observe.native import Native, native
 from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
     ANNOTATION_OUTPUTS,
@@ -816,6 +817,12 @@ class KubernetesBackend:
     def _job_of(self, handle: StepHandle) -> dict[str, Any] | None:
         watch = self._watches.get((handle.namespace, label_value(handle.study)))
         return None if watch is None else watch.jobs.cache.objects.get(handle.object_name)
+
+    def native_of(self, handle: StepHandle) -> Native:
+        """Return the step's Job uid, pod and node as the watch last saw them (observers')."""
+        watch = self._watches.get((handle.namespace, label_value(handle.study)))
+        pods = [] if watch is None else list(watch.pods_by_job.get(handle.object_name, {}).values())
+        return native(self._job_of(handle), pods)
 
     def _run_of(self, handle: StepHandle) -> str:
         """Return the uid of the step's Job: its kept logs' folder ("" once the Job is gone)."""

@@ -111,7 +111,8 @@ _KEEP_ANNOTATIONS = (
     "batch.kubernetes.io/job-completion-index",
 )
 # Spec fields read after submission: suspension, and the rules that name a failure's cause.
-_KEEP_SPEC = ("successPolicy", "podFailurePolicy", "activeDeadlineSeconds")
+# nodeName: a pod's node, for observers' k8s.node.name (k8sjobs.observe; no request).
+_KEEP_SPEC = ("successPolicy", "podFailurePolicy", "activeDeadlineSeconds", "nodeName")
 
 
 # Status fields no verdict reads: dropped from the cached copies (a cached pod and Job cost the

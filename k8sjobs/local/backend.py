@@ -34,6 +34,7 @@ from ..artifacts.handoff import OUTPUTS_FILE, read_push_report
 from ..errors import SpecMismatch
 from ..events import StepEvent, pod_event
 from ..handle import StepHandle
+from ..observe.native import Native, native
 from ..render.jobindex import format_indexes, match_success_policy
 from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
@@ -344,6 +345,11 @@ class LocalBackend:
         if pod is None:
             return None
         return self.runner.log_path(pod, container or MAIN_CONTAINER, namespace=handle.namespace)
+
+    def native_of(self, handle: StepHandle) -> Native:
+        """Return the step's main process id (and its Job's uid) as last seen (observers')."""
+        run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
+        return Native() if run is None else native(run.job, list(run.pods.values()))
 
     def _record_path(self, study: str, object_name: str) -> Path:
         return self._records / label_value(study) / f"{object_name}.json"

@@ -1,0 +1,178 @@
+"""The trace file: one tab-separated row per step, Nextflow's habit (``run --trace FILE``).
+
+``COLUMNS`` is the stable, documented order (docs/observability.md); new columns are only
+ever appended. Values are escaped so each row stays one line of exactly ``len(COLUMNS)``
+fields: a backslash, tab, newline, carriage return or other control character becomes a
+backslash escape (``\\t``, ``\\n``, ``\\r``, ``\\\\``, ``\\x07``). An unknown value is "-".
+``row`` is pure; ``TraceFile`` appends the row of each step as it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from ..state import StepResult, StepState
+
+if TYPE_CHECKING:
+    from ..events import StepEvent
+    from .observer import Track
+
+__all__ = ["COLUMNS", "TraceFile", "escape", "origin_of", "row", "row_of_result"]
+
+_log = logging.getLogger("k8sjobs.observe")
+
+COLUMNS = (
+    "name",
+    "key",
+    "native_id",
+    "origin",
+    "state",
+    "exit",
+    "submit",
+    "start",
+    "end",
+    "wait_s",
+    "duration_s",
+    "cpu_s",
+    "peak_mem_bytes",
+    "gpu_s",
+    "gpu_peak_mem_bytes",
+    "attempts",
+    "reason",
+)
+
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escape(value: str) -> str:
+    """Return ``value`` with backslash, tab, newline and control characters escaped."""
+    out = []
+    for char in value:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or char in "\u2028\u2029":
+            out.append(f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def origin_of(result: StepResult, adopted: bool) -> str:
+    """Return where a step's result came from: "cache", "adopted" or "run"."""
+    if result.reason == "Cached":
+        return "cache"
+    return "adopted" if adopted else "run"
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).isoformat(timespec="milliseconds")
+
+
+def _num(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.3f}"
+
+
+def row(fields: Mapping[str, str]) -> str:
+    """Return one line of the file: ``fields`` by ``COLUMNS`` ("-" where missing), escaped."""
+    return "\t".join(escape(fields.get(c) or "-") for c in COLUMNS) + "\n"
+
+
+def row_of_result(
+    result: StepResult,
+    *,
+    key: str = "",
+    native_id: str = "",
+    adopted: bool = False,
+    submitted: datetime | None = None,
+    wait: float | None = None,
+) -> str:
+    """Return a step's row from what its result says (``status -o tsv`` and the run both)."""
+    usage = result.usage
+    attempts = max(len(result.memory_attempts), len(result.pods))
+    if result.state is StepState.RUNNING or result.started_at is not None:
+        attempts = max(attempts, 1)
+    return row(
+        {
+            "name": result.name,
+            "key": key,
+            "native_id": native_id,
+            "origin": origin_of(result, adopted),
+            "state": str(result.state),
+            "exit": _num(result.exit_code),
+            "submit": _time(submitted),
+            "start": _time(result.started_at),
+            "end": _time(result.finished_at),
+            "wait_s": _num(wait),
+            "duration_s": _num(result.duration),
+            "cpu_s": _num(usage.cpu_seconds if usage else None),
+            "peak_mem_bytes": _num(usage.memory_peak if usage else None),
+            "gpu_s": _num(usage.gpu_seconds if usage else None),
+            "gpu_peak_mem_bytes": _num(usage.gpu_memory_peak if usage else None),
+            "attempts": str(attempts),
+            "reason": result.reason,
+        }
+    )
+
+
+def header() -> str:
+    """Return the file's first line: the column names."""
+    return "\t".join(COLUMNS) + "\n"
+
+
+class TraceFile:
+    """Appends each ended step's row to ``path`` (written at once: a header line first).
+
+    Opening raises ``ValueError`` naming the path when it cannot be written, before any step
+    is sent; a write that fails later is logged once and the run goes on.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self._file: IO[str] | None = self.path.open("w", buffering=1, encoding="utf-8")
+            self._file.write(header())
+        except OSError as exc:
+            raise ValueError(
+                f"trace file {str(self.path)!r} cannot be written ({exc.strerror or exc}); "
+                "give a path in a directory you can write to"
+            ) from None
+
+    def submitted(self, track: Track) -> None:
+        """Nothing to write until the step ends."""
+
+    def changed(self, track: Track, previous: StepState, reason: str) -> None:
+        """Nothing to write until the step ends."""
+
+    def happened(self, track: Track, event: StepEvent) -> None:
+        """Events are counted in the attempts column, from the result."""
+
+    def ended(self, track: Track) -> None:
+        """Append the step's row."""
+        if self._file is None:
+            return
+        line = row_of_result(
+            track.handle.result,
+            key=track.key,
+            native_id=track.native.id,
+            adopted=track.handle.adopted,
+            submitted=datetime.fromtimestamp(track.submit_ns / 1e9, UTC),
+            wait=track.wait_seconds,
+        )
+        try:
+            self._file.write(line)
+        except OSError as exc:
+            _log.warning("k8sjobs: trace file %s: writing failed, stopped: %s", self.path, exc)
+            self.close()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._file is not None:
+            file, self._file = self._file, None
+            file.close()
