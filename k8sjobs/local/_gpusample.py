@@ -163,7 +163,10 @@ class GpuSampler:
             with self._lock:
                 if unreadable:
                     self._unreadable["utilization"] = f"nvidia-smi gave {unreadable}"
-                self._busy = (self._busy or 0.0) + (busy or 0.0) * elapsed
+                if busy is None and not unreadable:  # no row of the step's own devices
+                    self._errors["utilization"] = _without_devices(utilization, self.devices)
+                elif busy is not None:
+                    self._busy = (self._busy or 0.0) + busy * elapsed
 
     def _ask(self, query: str, args: Sequence[str]) -> list[list[str]] | None:
         """Return nvidia-smi's CSV rows (None: it failed or was stopped; the reason is kept)."""
@@ -178,6 +181,7 @@ class GpuSampler:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
+                    errors="replace",  # bytes that are not UTF-8 are garbage to read, not a crash
                     start_new_session=True,  # so a timeout kills whatever it started too
                 )
             except OSError as error:
@@ -215,7 +219,11 @@ def _memory_of(rows: list[list[str]], pids: set[int]) -> tuple[int, str]:
     and what nvidia-smi gave instead of a number for one of them ("" if nothing)."""
     total, unreadable = 0, ""
     for row in rows:
-        if len(row) >= 3 and row[0].isdigit() and int(row[0]) in pids:
+        if len(row) < 3 or not row[0].isdigit():
+            if not ",".join(row).startswith("No running processes"):
+                unreadable = f"{_shown(row)} where a line of pid, gpu_uuid, used_memory belongs"
+            continue
+        if int(row[0]) in pids:
             if row[2].isdigit():
                 total += int(row[2]) * _MIB
             else:
@@ -235,6 +243,23 @@ def _busy(rows: list[list[str]], devices: frozenset[str]) -> tuple[float | None,
             else:
                 unreadable = f"{row[2]!r} as utilization.gpu of device {row[1] or row[0]}"
     return busy, unreadable
+
+
+def _without_devices(rows: list[list[str]], devices: frozenset[str]) -> str:
+    """Return why an answer gave no utilization of the step's devices (empty, garbage, or
+    only other devices): the figure is missing for that reason, never 0."""
+    mine = ", ".join(sorted(devices))
+    if not rows:
+        return f"nvidia-smi's answer was empty: no utilization of the step's device ({mine})"
+    return (
+        f"nvidia-smi's answer named none of the step's devices ({mine}); it began {_shown(rows[0])}"
+    )
+
+
+def _shown(row: list[str]) -> str:
+    """Return a line of nvidia-smi's answer for a message: bounded, control characters escaped."""
+    text = ", ".join(row)[:80]
+    return repr("".join(c if c.isprintable() else "?" for c in text))
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:

@@ -37,7 +37,7 @@ if mode == "fail":
     sys.stderr.write("Failed to initialize NVML: Driver/library version mismatch\\n")
     sys.exit(18)
 answer = here / f"{{query}}.csv"
-sys.stdout.write(answer.read_text() if answer.exists() else "")
+sys.stdout.buffer.write(answer.read_bytes() if answer.exists() else b"")
 """
 
 # The step waits (never sleeps a fixed time) for the fake to have been asked N more times.
@@ -206,6 +206,34 @@ async def test_figures_nvidia_smi_cannot_give_are_missing_not_zero(
     assert usage.missing["gpu_memory_peak"].startswith(
         "nvidia-smi gave '[N/A]' as used_memory of the step's process "
     )
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"", "nvidia-smi's answer was empty"),
+        (b"garbage\n", "named none of the step's devices (GPU-uuid-0); it began 'garbage'"),
+        (b"\xff\xfe\x00\x1b[2J\n", "named none of the step's devices"),
+        (b"7, GPU-uuid-7, 40\n", "named none of the step's devices (GPU-uuid-0)"),
+    ],
+    ids=["empty", "garbage", "binary", "another-device"],
+)
+async def test_answers_without_the_step_s_device_leave_the_figures_missing_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes, why: str
+) -> None:
+    fake = _fake(tmp_path, monkeypatch, "answer")
+    (fake / "gpu.csv").write_bytes(answer)
+    (fake / "apps.csv").write_bytes(answer)
+    usage, _ = await _run(tmp_path, fake, {"UTIL_CALLS": "3"})
+    assert usage.gpu_seconds is None, usage
+    assert why in usage.missing["gpu_seconds"], usage.missing
+    assert "\x1b" not in usage.missing["gpu_seconds"]
+    if answer.strip() and not answer[0:1].isdigit():  # lines that are no pid,uuid,memory
+        assert usage.gpu_memory_peak is None, usage
+        assert (
+            "where a line of pid, gpu_uuid, used_memory belongs"
+            in (usage.missing["gpu_memory_peak"])
+        )
 
 
 @pytest.mark.parametrize("value", ["fast", "0", "-1", "nan", "inf"])
