@@ -14,7 +14,14 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-__all__ = ["MAX_ALIASES", "MAX_DEPTH", "MAX_VALUES", "YamlLimitError", "load_bounded"]
+__all__ = [
+    "MAX_ALIASES",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "YamlLimitError",
+    "load_bounded",
+    "one_line_error",
+]
 
 MAX_DEPTH = 64
 MAX_ALIASES = 10_000
@@ -82,6 +89,28 @@ class _BoundedLoader(yaml.SafeLoader):
             "(write the values out, or split the study)"
         )
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Build a mapping, refusing a key written twice: YAML says keys are unique, and
+        PyYAML would silently keep the last (a step with two ``env:`` blocks lost one)."""
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base" may repeat
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the constructor reports it
+                continue
+            if first is not key_node:
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} is written twice in one mapping (first at line "
+                    f"{first.start_mark.line + 1}); keep one and merge their values",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-untyped-call,no-any-return]
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Build ``node``'s value; a value Python refuses (a 5000-digit int, a date of
         month 13) becomes a YAML error at its line instead of a bare ValueError."""
@@ -107,3 +136,14 @@ def load_bounded(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     finally:
         loader.dispose()
     return data, node
+
+
+def one_line_error(exc: yaml.YAMLError, source: str) -> str:
+    """Return ``exc`` as ``source:line:col: message`` on one line, the shape of every other
+    study error, instead of PyYAML's several lines that say "line N, column M" in words."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f"{source}: " + " ".join(str(exc).split())
+    mark = exc.problem_mark or exc.context_mark
+    where = "" if mark is None else f":{mark.line + 1}:{mark.column + 1}"
+    words = [part for part in (exc.problem, exc.context) if part]
+    return f"{source}{where}: " + " ".join("; ".join(words).split())

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ._boundedyaml import YamlLimitError, load_bounded
+from ._boundedyaml import YamlLimitError, load_bounded, one_line_error
 from ._textfile import TextFileError, read_text_file
 from .errors import ClusterUnreachable, StudyBusy, StudyError
 from .handle import StepHandle
@@ -103,7 +103,7 @@ def read_yaml(text: str, source: str) -> tuple[Any, Mapping[tuple[Any, ...], int
     except YamlLimitError as exc:
         raise StudyError(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise StudyError(f"{source}: not valid YAML: {exc}") from None
+        raise StudyError(f"{one_line_error(exc, source)} (not valid YAML)") from None
     return data, (_line_index(node) if node is not None else {})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import tempfile
 import textwrap
 from datetime import UTC, datetime, timedelta
@@ -444,13 +445,49 @@ async def test_same_study_same_outcome_locally_and_on_the_fake_cluster(tmp_path:
 )
 def test_wrong_types_are_located_errors(body: str, expected: str) -> None:
     message = error_of(body)
-    # The YAML errors say "line N" in their own words; the others start with file:line.
-    head, _, _rest = expected.partition(": ")
+    # The YAML errors add the column (file:line:col:); the others start with file:line.
     if "not valid YAML" in expected:
-        assert message.startswith("s.yaml: not valid YAML: cannot read this value"), message
-        assert f"line {head.split(':')[1]}" in message, message
+        head = expected.split(": ")[0]
+        assert message.startswith(head + ":"), message
+        assert "cannot read this value" in message and "\n" not in message, message
     else:
         assert message.startswith(expected), message
+
+
+@given(
+    st.lists(st.sampled_from(["env", "script", "name", "inputs", "x y", "1"]), min_size=1),
+    st.integers(0, 6),
+    st.sampled_from(["top", "step", "nested"]),
+)
+@settings(max_examples=150, deadline=None)
+def test_a_key_written_twice_in_any_mapping_is_refused_at_its_line(
+    keys: list[str], where: int, level: str
+) -> None:
+    """Any mapping of the file (the study, a step, a step's env) holding one key twice is
+    refused naming file:line of the second, never loaded with the first silently lost."""
+    repeated = keys[where % len(keys)]
+    written = [*keys, repeated] if keys.count(repeated) == 1 else keys
+    indent = {"top": "", "step": "    ", "nested": "      "}[level]
+    head = {"top": "", "step": "steps:\n  - z: 0\n", "nested": "steps:\n  - x:\n"}[level]
+    body = head + "".join(f"{indent}{key!r}: 1\n" for key in written)
+    duplicates = [i for i, key in enumerate(written) if written.index(key) != i]
+    line = head.count("\n") + duplicates[0] + 1
+    with pytest.raises(StudyError) as caught:
+        parse_study(body, source="s.yaml")
+    message = str(caught.value)
+    assert message.startswith(f"s.yaml:{line}:"), (body, message)
+    assert "written twice" in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["steps: [a\n", "a: b: c\n", "steps:\n  - name: a\n\tscript: x\n", "x: 'open\n", "{"],
+)
+def test_any_yaml_syntax_error_is_file_line_col_on_one_line(text: str) -> None:
+    with pytest.raises(StudyError) as caught:
+        parse_study(text, source="s.yaml")
+    message = str(caught.value)
+    assert re.match(r"s\.yaml:\d+:\d+: \S", message) and "\n" not in message, message
 
 
 def test_depends_may_name_one_step_as_text() -> None:
