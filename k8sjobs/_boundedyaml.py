@@ -109,7 +109,7 @@ class _BoundedLoader(yaml.SafeLoader):
                     f"{first.start_mark.line + 1}); keep one and merge their values",
                     key_node.start_mark,
                 )
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-untyped-call,no-any-return]
+        return super().construct_mapping(node, deep=deep)
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Build ``node``'s value; a value Python refuses (a 5000-digit int, a date of
