@@ -1,8 +1,58 @@
 """The ``k8sjobs`` command line: its commands (``main``), the live status table, the HTML
-report, and the ``artifact`` and ``rbac`` subcommands. Nothing below it imports it."""
+report, and the ``artifact`` and ``rbac`` subcommands. Nothing below it imports it.
+
+This module is the console script's entry point, so it imports nothing heavy itself: a
+Ctrl-C while the commands' modules load (rich, pydantic: most of a second) must still end
+with one line and exit 130, and ``--version`` must not pay for them at all.
+"""
 
 from __future__ import annotations
 
-from .main import main
+import sys
+from collections.abc import Sequence
 
 __all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the k8sjobs command line; return its exit code (130 on Ctrl-C at any moment)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if args == ["--version"]:
+            from .._version import __version__
+
+            print(f"k8sjobs {__version__}")
+            return 0
+        from .main import main as run
+
+        try:
+            code = run(args)
+        finally:  # --help ends in SystemExit; its text is still in stdout's buffer
+            sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        return interrupted()
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def interrupted() -> int:
+    """Say in one line that Ctrl-C ended the command; return its exit code, 130."""
+    print("interrupted (Ctrl-C)", file=sys.stderr)
+    return 130
+
+
+def closed_pipe() -> int:
+    """End quietly when the reader of stdout went away (``| head``), as ``cat`` does.
+
+    Python would otherwise report the failed flush of stdout at exit; pointing stdout at
+    /dev/null lets that flush succeed. The code is the shell's for a SIGPIPE death (141).
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (a test's StringIO): nothing to flush
+        pass
+    return 141

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from .._version import __version__
 from ..errors import ClusterUnreachable, K8sJobsError
+from . import closed_pipe, interrupted
 from .artifact import add_artifact_commands
 from .image import add_image_commands
 from .options import BACKEND, Parser, UsageError, add_globals, print_error
@@ -43,6 +44,7 @@ exit codes:
   1    a step did not succeed, nothing was found, or the cluster cannot be used
   2    bad input: the study file, an option, a file that is not there
   130  interrupted (Ctrl-C); running steps were cancelled
+  141  stdout was closed by its reader (| head): the output stopped there, quietly
 """
 
 EXAMPLES = """\
@@ -66,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = args.func(args)
         return int(asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome)
     except KeyboardInterrupt:
-        return 130
+        return interrupted()
+    except BrokenPipeError:  # before OSError: a reader that left is no error of the user
+        return closed_pipe()
     except ClusterUnreachable as exc:  # not the user's input: the cluster is not there
         print_error(str(exc))
         return 1

@@ -1,0 +1,141 @@
+"""The command as a process meets its edges: a reader that leaves, Ctrl-C at any moment,
+and the cheap questions (``--version``) that must not load the whole program.
+
+Each test runs ``python -m k8sjobs.cli`` (or the entry point) in a real subprocess, because
+these are facts about the process: its exit code, its stderr, what it imported.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+_HEAVY = ("rich", "pydantic", "yaml", "httpx", "kubernetes_asyncio")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+
+
+def _big_study(folder: Path) -> Path:
+    values = ", ".join(str(i) for i in range(400))
+    path = folder / "big.yaml"
+    path.write_text(
+        f"name: big\nsteps:\n  - name: s\n    parameters: {{N: [{values}]}}\n    script: echo $N\n"
+    )
+    return path
+
+
+def _run_small_study(folder: Path) -> Path:
+    path = folder / "small.yaml"
+    path.write_text("name: small\nsteps:\n  - name: a\n    script: seq 1 50\n")
+    subprocess.run(
+        [sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(folder), "run", str(path)],
+        capture_output=True,
+        env=_env(),
+        timeout=300,
+        check=True,
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["render", "{big}", "--registry", "oci:/r"],
+        ["status", "{small}"],
+        ["status", "{small}", "-o", "json"],
+        ["logs", "--study", "small", "a"],
+        ["rbac", "--namespace", "n"],
+        ["--help"],
+        ["run", "--help"],
+    ],
+    ids=["render", "status", "status-json", "logs", "rbac", "help", "run-help"],
+)
+def test_a_reader_that_closed_the_pipe_ends_any_printing_command_quietly(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``k8sjobs CMD | head -1``: the command stops at the closed pipe with no message and
+    exit 141 (a SIGPIPE death, as ``cat``), never "error: [Errno 32] Broken pipe" (exit 2).
+
+    stdout is a pipe whose reader is already gone, so the first write fails whatever the
+    size of the machine's pipe buffer (a reader that leaves later can find the output
+    already buffered)."""
+    names = {"{big}": str(_big_study(tmp_path))}
+    if any("small" in part for part in command):
+        names["{small}"] = str(_run_small_study(tmp_path))
+    argv = [names.get(part, part) for part in command]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(tmp_path), *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    # rich's console ends a closed pipe itself with exit 1 (status's table), argparse's
+    # help drops the write and exits 0: both quiet, which is the point.
+    allowed = {"status": (1, 141), "--help": (0, 141)}.get(command[0], (141,))
+    if command[-1] == "--help":
+        allowed = (0, 141)
+    assert done.returncode in allowed, done.returncode
+
+
+@pytest.mark.parametrize("module", ["rich", "pydantic", "yaml", "k8sjobs.study", "k8sjobs.render"])
+@pytest.mark.parametrize("command", [["--help"], ["status", "s.yaml"], ["run", "s.yaml"]])
+def test_ctrl_c_while_any_module_loads_is_one_line_and_exit_130(
+    module: str, command: list[str]
+) -> None:
+    """Ctrl-C arrives as KeyboardInterrupt at whatever the process does; the earliest moment
+    is the import of the commands' modules. An import hook raises it at ``module``'s import,
+    the way a real SIGINT would there."""
+    program = textwrap.dedent(
+        f"""
+        import sys
+        class Interrupt:
+            def find_spec(self, name, path=None, target=None):
+                if name == {module!r}:
+                    raise KeyboardInterrupt
+                return None
+        sys.meta_path.insert(0, Interrupt())
+        from k8sjobs.cli import main
+        sys.exit(main({command!r}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=_env(), timeout=300
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines() == ["interrupted (Ctrl-C)"], done.stderr
+
+
+def test_version_imports_none_of_the_heavy_libraries() -> None:
+    program = textwrap.dedent(
+        """
+        import sys
+        from k8sjobs.cli import main
+        code = main(["--version"])
+        heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))
+        print(code, heavy)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, *_HEAVY],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
+    assert done.stdout.startswith("k8sjobs "), done.stdout
