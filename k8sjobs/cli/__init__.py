@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from .exits import closed_pipe, interrupted
+
 __all__ = ["main"]
 
 
@@ -34,25 +36,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupted()
     except BrokenPipeError:
         return closed_pipe()
-
-
-def interrupted() -> int:
-    """Say in one line that Ctrl-C ended the command; return its exit code, 130."""
-    print("interrupted (Ctrl-C)", file=sys.stderr)
-    return 130
-
-
-def closed_pipe() -> int:
-    """End quietly when the reader of stdout went away (``| head``), as ``cat`` does.
-
-    Python would otherwise report the failed flush of stdout at exit; pointing stdout at
-    /dev/null lets that flush succeed. The code is the shell's for a SIGPIPE death (141).
-    """
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout is no file (a test's StringIO): nothing to flush
-        pass
-    return 141

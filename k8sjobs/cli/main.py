@@ -29,8 +29,8 @@ from pydantic import ValidationError
 
 from .._version import __version__
 from ..errors import ClusterUnreachable, K8sJobsError
-from . import closed_pipe, interrupted
 from .artifact import add_artifact_commands
+from .exits import closed_pipe, interrupted
 from .image import add_image_commands
 from .options import BACKEND, Parser, UsageError, add_globals, print_error
 from .rbac import add_rbac_command
