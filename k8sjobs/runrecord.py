@@ -118,24 +118,132 @@ def read_runs(directory: Path, study: str) -> list[dict[str, Any]]:
     if journal.exists():
         runs.append(_replay(journal))
     if path.exists():
-        runs.append(dict(json.loads(path.read_text())))
+        runs.append(_read_record(path))
     return runs
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """Return the compacted record at ``path``; one that is cut short or corrupt (a crash
+    or a full disk while it was written, an edit by hand) gives what can still be read,
+    with a ``damaged`` field that names the file, what is wrong and the fix."""
+    try:
+        text = path.read_bytes().decode(errors="replace")
+    except OSError as exc:
+        return _damaged(path, {}, f"cannot be read: {exc.strerror or exc}")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        return _damaged(path, {}, "it is nested too deep to be a run record")
+    except ValueError as exc:
+        why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
+        return _damaged(path, _salvage(text), f"it is cut short or corrupt ({why})")
+    if not isinstance(data, dict):
+        return _damaged(path, {}, "it holds no run (not a JSON object)")
+    run, dropped = _well_typed(data)
+    if dropped:
+        return _damaged(path, data, f"{dropped} of its fields or steps are not a run record's")
+    return run
+
+
+def _well_typed(data: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """Return ``data`` without the fields of the wrong type and the steps that name none,
+    and how many were dropped."""
+    run = {k: v for k, v in data.items() if k not in _TYPES or _typed(v, _TYPES[k])}
+    dropped = len(data) - len(run) + ("steps" not in run)
+    steps = run.get("steps") or []
+    run["steps"] = [s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)]
+    return run, dropped + len(steps) - len(run["steps"])
+
+
+def _typed(value: object, kind: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "study": str,
+    "started": (int, float),
+    "steps": list,
+    "driver": dict,
+}
+
+
+def _damaged(path: Path, found: Mapping[str, Any], why: str) -> dict[str, Any]:
+    run, _ = _well_typed(found)
+    n = len(run["steps"])
+    run["damaged"] = (
+        f"the run record {path} is damaged: {why}; shown: the {n} step record"
+        f"{'' if n == 1 else 's'} it holds whole. The next k8sjobs run of the study writes "
+        f"it anew; to drop it now: rm {shlex.quote(str(path))}"
+    )
+    return run
+
+
+def _salvage(text: str) -> dict[str, Any]:
+    """Return the top-level fields of a JSON object cut short, read until the cut: each
+    whole field, and of the ``steps`` list every whole step."""
+    decoder = json.JSONDecoder()
+    found: dict[str, Any] = {}
+    at = _skip(text, 0)
+    if not text.startswith("{", at):
+        return found
+    at += 1
+    key: object = None
+    start = at
+    while True:
+        try:
+            key, at = decoder.raw_decode(text, _skip(text, at))
+            at = _skip(text, at)
+            if not (isinstance(key, str) and text.startswith(":", at)):
+                return found
+            start = _skip(text, at + 1)
+            found[key], at = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            if key == "steps" and text.startswith("[", start):
+                found["steps"] = _whole_items(decoder, text, start + 1)
+            return found
+        at = _skip(text, at)
+        if not text.startswith(",", at):
+            return found
+        at += 1
+
+
+def _whole_items(decoder: json.JSONDecoder, text: str, at: int) -> list[Any]:
+    items: list[Any] = []
+    while True:
+        try:
+            item, at = decoder.raw_decode(text, _skip(text, at))
+        except (ValueError, RecursionError):
+            return items
+        items.append(item)
+        at = _skip(text, at)
+        if not text.startswith(",", at):
+            return items
+        at += 1
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 def _replay(journal: Path) -> dict[str, Any]:
     header: dict[str, Any] = {}
     steps: dict[str, dict[str, Any]] = {}  # insertion order: first seen, as the study lists
-    with journal.open() as lines:
+    with journal.open(errors="replace") as lines:
         alive = _driver_alive(lines)
         for line in lines:
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the driver died while writing this line
-            if "step" in entry:
-                steps[entry["step"]["name"]] = entry["step"]
-            else:
-                header = entry
+            except (ValueError, RecursionError):
+                continue  # the driver died while writing this line, or it was not ours
+            if not isinstance(entry, dict):
+                continue
+            step = entry.get("step")
+            if isinstance(step, dict) and isinstance(step.get("name"), str):
+                steps[step["name"]] = step
+            elif "step" not in entry:
+                header, _ = _well_typed(entry)
     if header.get("host") not in (None, socket.gethostname()):
         alive = None  # its lock lives on another machine's kernel
     return {

@@ -153,6 +153,10 @@ def _section(run: Run, now: float | None, heading: str | None) -> str:
     out.append(f"<p class='headline'>{_headline(run, rows, origin, as_of)}</p>")
     out.append(_usage_line(rows))
     out.append(_driver_note(run, rows, as_of))
+    if run.get("damaged"):
+        out.append(
+            f"<div class='note'><strong>Damaged record.</strong> {_escape(run['damaged'])}</div>"
+        )
     out.append("<h2>Timeline</h2>" + _legend(rows))
     out.append(f"<div class='timeline'>{_timeline(rows, origin, as_of)}</div>")
     out.append("<h2>Steps</h2>" + _table(rows, origin, as_of, driver))

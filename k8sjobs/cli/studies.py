@@ -338,6 +338,8 @@ async def _cmd_status(args: argparse.Namespace) -> int:
     session, handles = await _attach(args, study)
     try:
         run = read_run(args.state_dir / "runs", study)
+        if run is not None and run.get("damaged"):  # the steps found are shown all the same
+            print(printable(run["damaged"]), file=sys.stderr)
         handles = [*handles, *_reused(session, study, handles, run)]
         results, events = _results(args, study, handles, run)
         if args.steps:
@@ -751,6 +753,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not recorded:
         print(f'no recorded run of study "{name}" in {runs}; run it first', file=sys.stderr)
         return 1
+    for run in recorded:
+        if run.get("damaged"):
+            print(printable(run["damaged"]), file=sys.stderr)
     record, journal = record_paths(runs, name)
     source = journal if "driver" in recorded[0] else record
     # Beside the record by default: the state directory, never the directory it ran from.
