@@ -183,7 +183,7 @@ async def test_a_study_with_a_failure_a_retry_and_a_reused_step_is_traced_and_co
         for r in (dict(zip(COLUMNS, line.split("\t"), strict=True)) for line in lines[1:])
     }
     assert {n: r["state"] for n, r in rows.items()} == {n: str(r.state) for n, r in results.items()}
-    assert rows["reused"]["origin"] == "cache" and rows["failing"]["exit"] == "3"
+    assert rows["reused"]["origin"] == "reused" and rows["failing"]["exit"] == "3"
     assert rows["retried"]["attempts"] == "2"
     assert rows["retried"]["native_id"] == natives["retried"].id
 

@@ -92,6 +92,21 @@ def add_study_commands(commands: Any, common: Common) -> None:
         action="store_true",
         help="neither reuse nor record results: every step runs (docs/reruns.md)",
     )
+    run.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write one tab-separated row per step to FILE as it ends (docs/observability.md)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        metavar="N",
+        help="serve Prometheus metrics on 127.0.0.1:N/metrics while the run goes (0: any free "
+        "port, said at the start; needs k8sjobs[otel])",
+    )
     run.set_defaults(func=_cmd_run)
 
     status = commands.add_parser(
@@ -105,9 +120,10 @@ def add_study_commands(commands: Any, common: Common) -> None:
     status.add_argument(
         "-o",
         "--output",
-        choices=("table", "wide", "json", "yaml"),
+        choices=("table", "wide", "json", "yaml", "tsv"),
         default="table",
-        help="table (the default), wide (more columns), json or yaml (every field, for scripts)",
+        help="table (the default), wide (more columns), json or yaml (every field, for scripts), "
+        "tsv (the trace file's rows, docs/observability.md)",
     )
     status.add_argument(
         "-w",
@@ -236,6 +252,13 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _port(value: str) -> int:
+    number = _count(value)
+    if number > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0..65535; 0: any free port)")
+    return number
+
+
 def _count(value: str) -> int:
     try:
         number = int(value)
@@ -266,6 +289,8 @@ def _session(args: argparse.Namespace, study: str) -> Session:
         keep_failed=getattr(args, "keep_failed", False),
         cache=not getattr(args, "no_cache", False),
         options=_local_options(args) if args.backend == "local" else _kube_options(args),
+        trace_file=getattr(args, "trace", None),
+        metrics_port=getattr(args, "metrics_port", None),
     )
 
 
@@ -292,6 +317,9 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     names = [s.name for s in study.steps]
     display = Progress(names, console, live=console.is_terminal and not args.plain)
     async with _session(args, study.name) as session:
+        url = session.observer.metrics_url if session.observer is not None else None
+        if url is not None:
+            print(f"metrics: {url}", flush=True)
         health = getattr(session.backends.get("kubernetes"), "health", None)
         if health is not None:  # an unreachable API server is said above the steps
             health.add_listener(lambda h: display.notice(h.notice()))
@@ -350,13 +378,34 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         if not results:
             _no_study(args, study)
             return 1
-        _print_status(args.output, study, results, events, run)
+        natives = {h.name: h.backend.native_of(h).id for h in handles if _native(h)}
+        _print_status(args.output, study, results, events, run, natives)
         if args.watch:
             watched = await _watch(session, args, study, handles)
             results = [*[h.result for h in watched], *_unrun(results, watched)]
         return 0 if all(r.ok for r in results) else 1
     finally:
         await session.aclose()
+
+
+def _native(handle: Any) -> bool:
+    from ..observe.native import NativeSource
+
+    return isinstance(handle.backend, NativeSource)
+
+
+def _print_tsv(
+    results: Sequence[StepResult], origins: dict[str, str], natives: dict[str, str]
+) -> None:
+    """Print the trace file's header and a row per step (submit and wait are the run's)."""
+    from ..observe.tracefile import header, row_of_result
+
+    rows = [
+        row_of_result(r, native_id=natives.get(r.name, ""), origin=origins.get(r.name, ""))
+        for r in results
+    ]
+    sys.stdout.write(header() + "".join(rows))
+    sys.stdout.flush()
 
 
 def _reused(
@@ -471,9 +520,13 @@ def _print_status(
     results: Sequence[StepResult],
     events: dict[str, list[str]],
     run: dict[str, Any] | None = None,
+    natives: dict[str, str] | None = None,
 ) -> None:
     origins = _origins(run)
     recorded = {s["name"]: s.get("requested") for s in (run or {}).get("steps") or ()}
+    if output == "tsv":
+        _print_tsv(results, origins, natives or {})
+        return
     if output in ("json", "yaml"):
         steps = [
             {

@@ -68,6 +68,14 @@ class StepMetrics:
         stats = self._watch_stats()
         return dict(stats.reconnects), dict(stats.relists)
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Return the Prometheus endpoint's address, if this serves one."""
+        for sink in self.sinks:
+            if isinstance(sink, PrometheusSink):
+                return f"http://{sink.addr}:{sink.port}/metrics"
+        return None
+
     def by_state(self) -> dict[str, int]:
         """Return the session's steps by state, every state named (0 where none)."""
         counts = dict(self.states)

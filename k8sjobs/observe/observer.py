@@ -101,6 +101,15 @@ class Observer:
         self._each(lambda r: r.submitted(track))
         handle.add_listener(self._on_change)
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Return the Prometheus endpoint's address (its bound port), if one is served."""
+        for recorder in self.recorders:
+            url = getattr(recorder, "metrics_url", None)
+            if isinstance(url, str):
+                return url
+        return None
+
     def keyed(self, handle: StepHandle, key: str | None) -> None:
         """Note the cache key the session gave ``handle``'s step."""
         track = self._tracks.get(id(handle))

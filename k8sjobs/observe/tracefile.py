@@ -63,10 +63,13 @@ def escape(value: str) -> str:
 
 
 def origin_of(result: StepResult, adopted: bool) -> str:
-    """Return where a step's result came from: "cache", "adopted" or "run"."""
+    """Return how a step's result came about, in the run record's words
+    (``StepRecord.origin``): "reused", "adopted", "ran" or "not run"."""
     if result.reason == "Cached":
-        return "cache"
-    return "adopted" if adopted else "run"
+        return "reused"
+    if result.reason == "DependencyFailed":
+        return "not run"
+    return "adopted" if adopted else "ran"
 
 
 def _time(value: datetime | None) -> str:
@@ -90,6 +93,7 @@ def row_of_result(
     key: str = "",
     native_id: str = "",
     adopted: bool = False,
+    origin: str = "",
     submitted: datetime | None = None,
     wait: float | None = None,
 ) -> str:
@@ -103,7 +107,7 @@ def row_of_result(
             "name": result.name,
             "key": key,
             "native_id": native_id,
-            "origin": origin_of(result, adopted),
+            "origin": origin or origin_of(result, adopted),
             "state": str(result.state),
             "exit": _num(result.exit_code),
             "submit": _time(submitted),
