@@ -19,9 +19,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .events import StepEvent
 from .state import StepResult, StepState
 
-__all__ = ["JOB_UID_LABEL", "Admission", "Stage", "admission", "job_uid", "judge"]
+__all__ = [
+    "JOB_UID_LABEL",
+    "Admission",
+    "Stage",
+    "admission",
+    "eviction_event",
+    "job_uid",
+    "judge",
+]
 
 Obj = Mapping[str, Any]
 
@@ -94,8 +103,9 @@ def admission(workload: Obj) -> Admission:
             Stage.WAITING, _text(refused, "reason"), _text(refused, "message"), evictions
         )
     queue = (workload.get("spec") or {}).get("queueName") or ""
-    message = f'queued in LocalQueue "{queue}", not yet evaluated by Kueue'
-    return Admission(Stage.WAITING, "Queued", message, evictions)
+    # The Job's own reason (docs/states.md), in words that say who has yet to act.
+    message = f'suspended in queue "{queue}", not yet evaluated by Kueue'
+    return Admission(Stage.WAITING, "Suspended", message, evictions)
 
 
 def judge(result: StepResult, found: Admission | None) -> StepResult:
@@ -121,6 +131,21 @@ def judge(result: StepResult, found: Admission | None) -> StepResult:
         # Admitted, and Kueue has yet to unsuspend the Job: its word, not the Job's stale one.
         return result.evolve(reason=found.reason, message=found.message)
     return result
+
+
+def eviction_event(result: StepResult) -> StepEvent:
+    """Return the history entry of a PREEMPTED ``result``: one per eviction, Kueue's words.
+
+    It costs the step nothing ("Ignore"): Kueue requeues it, and its pods' exit 143 spends
+    no retry (a Job's pods deleted by suspension are not counted failed).
+    """
+    return StepEvent(
+        time=None,
+        pod=f"eviction {result.evictions}",
+        reason=result.reason,
+        message=f"Kueue evicted the step ({result.reason}): {result.message}; requeued",
+        action="Ignore",
+    )
 
 
 def _true(condition: Obj) -> bool:

@@ -104,13 +104,13 @@ def test_an_admitted_workload_leaves_the_job_to_say_it_runs(name: str) -> None:
     assert len(seen) == 1, "one Job, one Workload (an Indexed Job of 3 pods too)"
     (results,) = seen.values()
     assert states(results) == [P, R, S]
-    assert [r.reason for r in results][:3] == ["Suspended", "Queued", "Admitted"]
+    assert [r.reason for r in results][:2] == ["Suspended", "Admitted"]
 
 
 def test_a_step_waiting_on_quota_says_kueues_reason() -> None:
     seen = replay("kueue-pending-quota.json")
     assert [states(seen[n]) for n in ("q1", "q2")] == [[P, R, S], [P, R, S]]
-    waiting = next(r for r in seen["q3"] if r.reason not in ("Suspended", "Queued"))
+    waiting = next(r for r in seen["q3"] if r.reason not in ("Suspended",))
     assert (waiting.state, waiting.reason) == (P, "WaitingForQuota")
     assert waiting.message == (
         "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
@@ -139,7 +139,7 @@ def test_a_preempted_step_is_preempted_then_waits_then_runs_and_succeeds() -> No
 def test_a_missing_local_queue_is_named_from_the_first_condition() -> None:
     seen = replay("kueue-no-localqueue.json")
     (results,) = seen.values()
-    said = next(r for r in results if r.reason not in ("Suspended", "Queued"))
+    said = next(r for r in results if r.reason not in ("Suspended",))
     assert (said.state, said.reason) == (P, "Misconfigured")
     assert said.message == "LocalQueue no-such-queue doesn't exist"
     assert states(results) == [P, R, S]
@@ -154,7 +154,7 @@ def test_a_workload_is_its_jobs_by_owner_reference_or_the_job_uid_label() -> Non
 def test_a_workload_kueue_has_not_looked_at_yet_says_its_queue() -> None:
     found = admission({"spec": {"queueName": "lq"}})
     assert found == Admission(
-        Stage.WAITING, "Queued", 'queued in LocalQueue "lq", not yet evaluated by Kueue', 0
+        Stage.WAITING, "Suspended", 'suspended in queue "lq", not yet evaluated by Kueue', 0
     )
 
 

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from ..admission import Admission, eviction_event
+from ..admission import judge as judge_admission
 from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, ClusterUnreachable, NotFound, ServerUnavailable
 from ..events import pod_event, warning_event
@@ -39,6 +41,7 @@ from ..render.minicluster import HANDOFF_CONTAINER
 from ..state import StepResult, StepState
 from ..status import judge, pending_deadline, unseen_pods
 from ..steps.names import label_value
+from ..steps.spec import QUEUE_LABEL
 from .client import (
     CONFIGMAPS,
     EVENTS,
@@ -55,6 +58,7 @@ from .create import create_step, ended, top_kind
 from .logkeep import LogKeeper, file_name
 from .reach import ApiHealth, probe
 from .watch import Change, Informer, WatchStats, slim_event
+from .workloads import WorkloadWatch, kueue_served
 
 __all__ = ["KubernetesBackend"]
 
@@ -168,6 +172,9 @@ class StudyWatch:
         self._held: dict[str, asyncio.TimerHandle | None] = {}
         # Jobs whose handles ``attach`` made for what it found (see ``_hold``).
         self._found: set[str] = set()
+        # Job uid -> name, and back: a Workload names its Job by uid (k8sjobs.admission).
+        self._by_uid: dict[str, str] = {}
+        self._uid_of: dict[str, str] = {}
         self._tasks = [
             asyncio.create_task(self.jobs.run(), name=f"k8sjobs-watch-jobs-{namespace}"),
             asyncio.create_task(self.pods.run(), name=f"k8sjobs-watch-pods-{namespace}"),
@@ -231,6 +238,10 @@ class StudyWatch:
             self.refresh(handle.object_name)
 
     def _job_changed(self, change: Change) -> None:
+        self._by_uid.pop(self._uid_of.pop(change.name, ""), None)
+        if change.obj is not None and change.obj["metadata"].get("uid"):
+            uid = str(change.obj["metadata"]["uid"])
+            self._by_uid[uid], self._uid_of[change.name] = change.name, uid
         if change.obj is None:
             for pod in self.pods_by_job.pop(change.name, {}):
                 self._job_of_pod.pop(pod, None)
@@ -244,6 +255,12 @@ class StudyWatch:
             self.backend._vanished(self, change.name)
             return
         self.refresh(change.name)
+
+    def workload_changed(self, uid: str) -> None:
+        """Re-judge the step whose Job has ``uid``, if it is this study's: its Workload changed."""
+        name = self._by_uid.get(uid)
+        if name is not None:
+            self.refresh(name)
 
     def _pod_changed(self, change: Change) -> None:
         job = self._job_of(change)
@@ -313,6 +330,7 @@ class StudyWatch:
         )
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
+        result = judge_admission(result, self.backend._admission(self.namespace, job))
         if result.state.terminal:
             unseen = unseen_pods(job, pods, gone)
             ended = result.finished_at if job_name in self._found else None
@@ -330,6 +348,8 @@ class StudyWatch:
                 )
             self.backend._finish(self, handle, job, pods, result)
             return
+        if result.state is StepState.PREEMPTED and result.progress > handle.result.progress:
+            handle.add_event(eviction_event(result))
         handle.report(result)
         if result.state is StepState.PENDING:
             due = pending_deadline(
@@ -463,6 +483,10 @@ class KubernetesBackend:
         self._client: KubeClient | None = None
         self._watches: dict[tuple[str, str], StudyWatch] = {}
         self._event_watches: dict[str, EventWatch] = {}
+        # Kueue: whether it is served (asked once, when a queued step is first seen), and
+        # one Workload watch per namespace that holds queued steps (k8sjobs.kube.workloads).
+        self._kueue: bool | None = None
+        self._workload_watches: dict[str, WorkloadWatch] = {}
         # (namespace, name) of the steps this driver sent as Flux Operator MiniClusters.
         self._miniclusters: set[tuple[str, str]] = set()
         self._watch_lock = asyncio.Lock()
@@ -558,6 +582,9 @@ class KubernetesBackend:
         for events in self._event_watches.values():
             await events.aclose()
         self._event_watches.clear()
+        for workloads in self._workload_watches.values():
+            await workloads.aclose()
+        self._workload_watches.clear()
         await self.logkeeper.aclose()
         if self._client is not None:
             await self._client.aclose()
@@ -572,6 +599,8 @@ class KubernetesBackend:
         ``rerun`` runs an ended Job of the same spec again instead of adopting it.
         """
         watch = await self._watch(handle.namespace, handle.study)
+        if _queued(manifests.job):
+            await self._follow_queue(handle.namespace)
         name = manifests.name
         key = (manifests.namespace, name)
         if top_kind(manifests.job) is MINICLUSTERS:
@@ -636,6 +665,8 @@ class KubernetesBackend:
         ends is returned once that is done, so a caller never shows a state not yet read.
         """
         watch = await self._watch(namespace, study)
+        if any(_queued(job) for job in watch.jobs.cache.objects.values()):
+            await self._follow_queue(namespace)
         handles, settling = [], []
         for name, job in list(watch.jobs.cache.objects.items()):
             existing = watch.handles.get(name)
@@ -943,10 +974,41 @@ class KubernetesBackend:
         await watch.synced()
         return watch
 
+    async def _follow_queue(self, namespace: str) -> None:
+        """Watch the Workloads of ``namespace``, once, if the cluster serves Kueue (asked once)."""
+        async with self._watch_lock:
+            if self._kueue is None:
+                self._kueue = await kueue_served(self.client)
+            if self._kueue and namespace not in self._workload_watches:
+                self._workload_watches[namespace] = WorkloadWatch(
+                    self.client,
+                    namespace,
+                    lambda uid: self._workload_changed(namespace, uid),
+                    self.watch_policy(),
+                )
+
+    def _workload_changed(self, namespace: str, uid: str) -> None:
+        for (where, _), watch in self._watches.items():
+            if where == namespace:
+                watch.workload_changed(uid)
+
+    def _admission(self, namespace: str, job: Mapping[str, Any]) -> Admission | None:
+        workloads = self._workload_watches.get(namespace)
+        if workloads is None:
+            return None
+        return workloads.of(str(job["metadata"].get("uid") or ""))
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _queued(job: Mapping[str, Any]) -> bool:
+    """Return whether ``job`` (a Job, JobSet or MiniCluster, rendered or watched) is queued."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    jobs = (job.get("spec") or {}).get("jobLabels") or {}
+    return QUEUE_LABEL in labels or QUEUE_LABEL in jobs
 
 
 def _check_api_bounds(connect: float, outage: float | None) -> None:

@@ -75,6 +75,8 @@ JOBS = Kind("/apis/batch/v1", "jobs")
 EVENTS = Kind("/api/v1", "events")
 #: A Flux Operator MiniCluster (a step with ``target: minicluster``).
 MINICLUSTERS = Kind("/apis/flux-framework.org/v1alpha2", "miniclusters")
+#: Kueue's Workload: one per queued Job, owned by it (k8sjobs.admission).
+WORKLOADS = Kind("/apis/kueue.x-k8s.io/v1beta2", "workloads")
 
 
 @dataclass(frozen=True)
