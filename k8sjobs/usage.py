@@ -219,9 +219,11 @@ def parse_usage(line: str | None) -> Usage:
     cpu = _number(words.get("cpu_us"), 1e-6)
     peak = _number(words.get("mem_peak"), 1)
     devices = tuple(d for d in words.get("gpus", "").split(",") if d)
-    missing: dict[str, str] = {}
+    missing = _not_the_step_s(words, wall, cpu, peak)
+    cpu = None if "cpu_seconds" in missing else cpu
+    peak = None if "memory_peak" in missing else peak
     for name, figure in (("wall_seconds", wall), ("cpu_seconds", cpu), ("memory_peak", peak)):
-        if figure is None:
+        if figure is None and name not in missing:
             missing[name] = NO_LINE if line is None else why.get(name, f"{name} was not given")
     gpu = {
         "gpu_seconds": _number(words.get("gpu_ms"), 1e-3),
@@ -242,6 +244,37 @@ def parse_usage(line: str | None) -> Usage:
         source=source,
         missing=missing,
     )
+
+
+def _not_the_step_s(
+    words: Mapping[str, str], wall: float | None, cpu: float | None, peak: float | None
+) -> dict[str, str]:
+    """Return why the CPU or memory figure of a usage line cannot be the step's own: the
+    wrapper found itself in the node's root cgroup (``root=cpu,mem``), or a figure is
+    impossible for one container (CPU above the wall time x the cores it could see, a peak
+    above the node's memory). Such a figure is the node's: missing, with the reason."""
+    reasons: dict[str, str] = {}
+    at_root = words.get("root", "").split(",")
+    for part, name, what in (("cpu", "cpu_seconds", "CPU"), ("mem", "memory_peak", "memory")):
+        if part in at_root:
+            reasons[name] = (
+                f"the step ran in the node's root cgroup (/proc/self/cgroup says /): its {what} "
+                "figure would be the whole node's"
+            )
+    cores, node = _number(words.get("cores"), 1), _number(words.get("node_mem"), 1)
+    # 50 ms of slack: the wall time is read in hundredths of a second, the CPU in microseconds
+    known = "cpu_seconds" not in reasons and cpu is not None and wall is not None and cores
+    if known and cpu is not None and wall is not None and cores and cpu > (wall + 0.05) * cores:
+        reasons["cpu_seconds"] = (
+            f"{format_duration(cpu)} of CPU in {format_duration(wall)} on {cores:.0f} "
+            "visible cores is impossible for the step: the cgroup read is not its own"
+        )
+    if "memory_peak" not in reasons and peak is not None and node and peak > node:
+        reasons["memory_peak"] = (
+            f"a peak of {format_bytes(peak)} is above the node's {format_bytes(node)}: "
+            "the cgroup read is not the step's own"
+        )
+    return reasons
 
 
 def _number(text: str | None, scale: float) -> float | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from k8sjobs.usage import (
     Usage,
     format_bytes,
@@ -82,3 +85,41 @@ def test_the_summary_counts_cpu_hours_and_names_the_oversized() -> None:
     small_run = summarize_usage([("a", None, Usage(wall_seconds=1.0, cpu_seconds=0.25))])
     assert small_run.describe() == "usage: 250ms of CPU over 1 step(s)"
     assert small_run.describe() == ("usage: 250ms of CPU over 1 step(s)")
+
+
+@given(
+    wall_ms=st.integers(0, 10**9),
+    cpu_us=st.integers(0, 10**13),
+    cores=st.integers(1, 512),
+    peak=st.integers(0, 2**45),
+    node=st.integers(1, 2**45),
+)
+def test_a_figure_impossible_for_one_container_is_missing_never_shown(
+    wall_ms: int, cpu_us: int, cores: int, peak: int, node: int
+) -> None:
+    line = (
+        f"k8sjobs-usage v1 src=cgroup2 wall_ms={wall_ms} cpu_us={cpu_us} mem_peak={peak} "
+        f"cores={cores} node_mem={node}"
+    )
+    usage = parse_usage(line)
+    if cpu_us / 1e6 > (wall_ms / 1e3 + 0.05) * cores:
+        assert usage.cpu_seconds is None
+        assert "impossible for the step" in usage.missing["cpu_seconds"]
+    else:
+        assert usage.cpu_seconds == cpu_us * 1e-6
+    if peak > node:
+        assert usage.memory_peak is None
+        assert "above the node's" in usage.missing["memory_peak"]
+    else:
+        assert usage.memory_peak == peak
+
+
+def test_the_node_s_totals_for_an_8_second_sleep_are_not_the_step_s() -> None:
+    # What a wrapper in the node's root cgroup read for `sleep 8`: cpu 2h 52m, 11.1Gi peak.
+    line = (
+        "k8sjobs-usage v1 src=cgroup2 wall_ms=8000 cpu_us=10320000000 mem_peak=11918534246 "
+        f"cores=2 node_mem={8 * GI}"
+    )
+    usage = parse_usage(line)
+    assert usage.cpu_seconds is None and usage.memory_peak is None
+    assert usage.wall_seconds == 8.0

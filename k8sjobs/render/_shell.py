@@ -64,7 +64,27 @@ k8sjobs_usage() {
   else
     src=none
   fi
+  # A container left in the node's root cgroup reads the node's totals, not its own: say so
+  # per figure. Under a private cgroup namespace v2 shows "/" too, but there the mount is a
+  # child cgroup, which has cgroup.type (the true root has none).
+  root=
+  while IFS=: read -r _ controllers path; do
+    [ "$path" = / ] || continue
+    case "$src:$controllers" in
+      cgroup2:) [ -e "$cg/cgroup.type" ] || root=cpu,mem ;;
+      cgroup1:*cpuacct*) root="cpu${root:+,$root}" ;;
+      cgroup1:*memory*) root="${root:+$root,}mem" ;;
+    esac
+  done < "${K8SJOBS_PROC_CGROUP:-/proc/self/cgroup}" 2>/dev/null
+  cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null)
+  node_mem=
+  while read -r key kb _; do
+    [ "$key" != MemTotal: ] || ! k8sjobs_number "$kb" || node_mem=$((kb * 1024))
+  done < /proc/meminfo 2>/dev/null
   line="k8sjobs-usage v1 src=$src"
+  [ -z "$root" ] || line="$line root=$root"
+  ! k8sjobs_number "$cores" || line="$line cores=$cores"
+  ! k8sjobs_number "$node_mem" || line="$line node_mem=$node_mem"
   if k8sjobs_number "$started" && k8sjobs_number "$ended"; then
     line="$line wall_ms=$(( (ended - started) * 10 ))"
   fi
