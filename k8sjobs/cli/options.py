@@ -13,6 +13,8 @@ A study is named the same way everywhere: its file (``k8sjobs status study.yaml`
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,9 +46,51 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr and exit code 2."""
+    """An ArgumentParser whose usage errors are one line on stderr and exit code 2, with a
+    "did you mean" for a mistyped command or option, pointing to the help of the command
+    that was given (``k8sjobs run --help``, not ``k8sjobs --help``)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse, refusing what is left over here: argparse hands a subcommand's leftovers
+        up to the top parser, whose error then names the wrong command and its help."""
+        self._given = list(args) if args is not None else []
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggest(extras)}")
+        return parsed, extras
+
+    def _suggest(self, extras: Sequence[str]) -> str:
+        options = list(self._option_string_actions)
+        for extra in extras:
+            if extra.startswith("--"):
+                close = difflib.get_close_matches(extra.split("=")[0], options, n=1, cutoff=0.7)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
+
+    def _unknown_options(self) -> list[str]:
+        known = self._option_string_actions
+        return [
+            arg
+            for arg in getattr(self, "_given", [])
+            if arg.startswith("--")
+            and arg != "--"
+            and not any(option.startswith(arg.split("=")[0]) for option in known)
+        ]
 
     def error(self, message: str) -> NoReturn:
+        unknown = self._unknown_options()
+        if unknown and message.startswith("the following arguments are required"):
+            # A mistyped option is the likelier cause, and the line a user needs.
+            message = f"unrecognized arguments: {' '.join(unknown)}{self._suggest(unknown)}"
+        choice = re.match(r"argument \S+: invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if choice:
+            given, offered = choice.group(1), re.findall(r"'([^']*)'", choice.group(2))
+            close = difflib.get_close_matches(given, offered, n=1, cutoff=0.5)
+            hint = f'; did you mean "{close[0]}"?' if close else ""
+            message = f'"{given}" is not a command{hint} (commands: {", ".join(offered)})'
         self.exit(2, f"error: {self.prog}: {message} (see: {self.prog} --help)\n")
 
 
