@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         help="install the JobSet CRD: serve jobset.x-k8s.io and emulate its controller",
     )
     serve.add_argument(
+        "--kueue",
+        action="store_true",
+        help="emulate Kueue: its API group, webhook, queues, admission and preemption",
+    )
+    serve.add_argument(
         "--namespace-linger",
         type=_seconds,
         default=0.0,
@@ -67,6 +72,7 @@ async def _serve(args: argparse.Namespace) -> None:
         tls=args.tls,
         port=args.port,
         namespace_linger=args.namespace_linger,
+        kueue=args.kueue,
     ) as cluster:
         if args.jobset:
             await cluster.install_jobset()

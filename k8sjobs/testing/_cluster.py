@@ -35,6 +35,7 @@ from .apiserver.store import Event, Obj, Store
 from .controllers.flux_operator import FluxOperator
 from .controllers.job import ControllerConfig, JobController
 from .controllers.jobset import JobSetController, JobSetWebhook, jobset_crd
+from .controllers.kueue import Kueue
 
 
 class FakeCluster:
@@ -54,6 +55,8 @@ class FakeCluster:
     namespace_linger: seconds a deleted namespace stays Terminating at least, even once
       empty, as on a real cluster (the namespace controller's content discovery and
       finalizers take seconds there; the default 0 removes an empty one at once).
+    kueue: emulate Kueue (its CRDs, webhook, queueing, admission and preemption; see
+      `controllers.kueue`); off by default, so the group is not in discovery.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class FakeCluster:
         port: int = 0,
         handoff: str | None = None,
         namespace_linger: float = 0.0,
+        kueue: bool = False,
     ) -> None:
         # It holds every object it serves, as a driver holds its steps: paced while started.
         self._pace = _gcpace.Holder()
@@ -109,6 +113,8 @@ class FakeCluster:
         self.jobset_controller = JobSetController(
             self.store, f"jobset-{config.node.name}", self.controller.config.time_scale
         )
+        self.kueue = Kueue(self.store)
+        self._kueue = kueue
         self.faults = Faults(
             drop_watches=self.store.drop_watches,
             compact=self.store.compact,
@@ -150,11 +156,19 @@ class FakeCluster:
             self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self._ssl.load_cert_chain(cert, key)
         self._port = await self.server.start(port=self._port, ssl_context=self._ssl)
+        if self._kueue and not self.kueue.enabled:
+            await self._install_kueue()
         self.controller.start()
         self.kubelet.start()
         self.write_kubeconfig(self.kubeconfig_path)
         self._pace.hold()
         return self
+
+    async def _install_kueue(self) -> None:
+        """Install Kueue's CRDs and wait until they are served (a few loop turns)."""
+        self.kueue.install()
+        async with asyncio.timeout(10):
+            await self.kueue.ready.wait()
 
     async def stop(self) -> None:
         """Stop everything; the temporary directory (if any) is removed."""
