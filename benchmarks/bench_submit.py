@@ -4,6 +4,10 @@
     python benchmarks/bench_submit.py --steps 200 --scale 1000   # quick run
     python benchmarks/bench_submit.py --only scale --scale 1000,10000,100000 --scale-rounds 5
     python benchmarks/bench_submit.py --only scale --scale 10000,100000 --gc-pace both
+    python benchmarks/bench_submit.py --only scale --scale 2000 --observe off,traces,metrics
+    git archive REV | tar -x -C /tmp/before   # the same rows, interleaved, of an older tree:
+    python benchmarks/bench_submit.py --only scale --scale 2000 --observe before,off \
+        --baseline-tree /tmp/before
     python benchmarks/bench_submit.py --kubeconfig ~/.kube/config --yes  # a real API server
 
 Against the fake cluster (the default) every table is printed. With ``--kubeconfig`` the
@@ -340,7 +344,34 @@ def collector_clock() -> dict[str, float]:
     return spent
 
 
-async def scale(kubeconfig: str, ns: str, n: int, pace: str) -> dict[str, Any]:
+#: ``--baseline-tree``: an older checkout whose driver the "before" rows run.
+BASELINE_TREE = Path(".")
+SCRIPT = Path(__file__).name
+
+
+def observing(mode: str) -> dict[str, Any]:
+    """Return the Session options of an ``--observe`` mode: "off" (nothing configured),
+    "traces" (an SDK tracer provider batching to an exporter that drops what it gets: the
+    cost of making the spans, not of a collector), "metrics" (the Prometheus endpoint)."""
+    if mode == "off":
+        return {}
+    if mode == "metrics":
+        return {"metrics_port": 0}
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    return {"tracer_provider": provider}
+
+
+async def scale(
+    kubeconfig: str, ns: str, n: int, pace: str, observe: str = "off"
+) -> dict[str, Any]:
     """Submit ``n`` concurrent steps and wait for them all; return what the driver spent.
 
     Runs in a process of its own (``--scale-child``), so its peak RSS and CPU seconds
@@ -351,7 +382,13 @@ async def scale(kubeconfig: str, ns: str, n: int, pace: str) -> dict[str, Any]:
     if pace == "default":
         _gcpace.YOUNG_THRESHOLD = gc.get_threshold()[0]  # "already at the pace": left alone
     collector = collector_clock()
-    s = Session(study="scale", kubeconfig=kubeconfig, namespace=ns, options={"qps": 0})
+    s = Session(
+        study="scale",
+        kubeconfig=kubeconfig,
+        namespace=ns,
+        options={"qps": 0},
+        **observing(observe),
+    )
     await s.start()
     handles = await s.submit_many(steps("x", n, duration=2.0), limit=128)
     results = await s.gather(*handles, timeout=24 * 3600)
@@ -367,15 +404,22 @@ async def scale(kubeconfig: str, ns: str, n: int, pace: str) -> dict[str, Any]:
     }
 
 
-async def scale_row(kubeconfig: str, ns: str, n: int, pace: str) -> dict[str, Any]:
-    """Run ``scale`` for ``n`` steps in a child driver process; return its figures."""
+async def scale_row(
+    kubeconfig: str, ns: str, n: int, pace: str, observe: str = "off"
+) -> dict[str, Any]:
+    """Run ``scale`` for ``n`` steps in a child driver process; return its figures.
+
+    ``observe`` "before" runs the child of ``BASELINE_TREE`` (its own code, nothing observed).
+    """
+    script = __file__ if observe != "before" else str(BASELINE_TREE / "benchmarks" / SCRIPT)
     child = await asyncio.create_subprocess_exec(
         sys.executable,
-        __file__,
+        script,
         "--scale-child",
         str(n),
         "--gc-pace",
         pace,
+        *(("--observe", observe) if observe not in ("off", "before") else ()),
         "--kubeconfig",
         kubeconfig,
         "--namespace",
@@ -583,13 +627,15 @@ async def waiting(n: int, poll_interval: float, wait_start: float) -> None:
     print(f"| per-job polling: detection p50 / p99 ms | {poll['p50']:.0f} / {poll['p99']:.0f} |")
 
 
-async def scale_figures(cluster: Cluster, n: int, pace: str) -> dict[str, Any]:
+async def scale_figures(
+    cluster: Cluster, n: int, pace: str, observe: str = "off"
+) -> dict[str, Any]:
     """Run one ``n``-step row on a fresh cluster; return the driver's and the fake's figures."""
     async with cluster.row(f"scale{n}") as (server, kubeconfig, ns):
         if server is not None:
             await server.ask("reset")
             before = await server.ask("usage")
-        row = await scale_row(kubeconfig, ns, n, pace)
+        row = await scale_row(kubeconfig, ns, n, pace, observe)
         counts = await server.ask("counts") if server is not None else {}
         fake = await server.ask("usage") if server is not None else {}
     row["per_1000"] = row["cpu_s"] / n * 1000
@@ -604,35 +650,49 @@ async def scale_figures(cluster: Cluster, n: int, pace: str) -> dict[str, Any]:
     return row
 
 
-async def scale_table(cluster: Cluster, sizes: list[int], rounds: int, paces: list[str]) -> None:
-    """Print one row per size and pace: the driver's peak RSS and CPU (its collector's part
-    too) per 1,000 steps, the fake's, and the API bill.
+async def scale_table(
+    cluster: Cluster,
+    sizes: list[int],
+    rounds: int,
+    paces: list[str],
+    observes: tuple[str, ...] = ("off",),
+) -> None:
+    """Print one row per size, pace and ``--observe`` mode: the driver's peak RSS and CPU
+    (its collector's part too) per 1,000 steps, the fake's, and the API bill.
 
     Each figure is the median of ``rounds`` runs, the rows interleaved within a round so a
     change in the machine's load falls on every row alike. The CPU column also gives the
     lowest and highest run, and its ratio to the first row of at least 10,000 steps at the
-    same pace (the floor: no higher at 100,000 than at 10,000).
+    same pace (the floor: no higher at 100,000 than at 10,000); a row that observes (traces,
+    metrics) gives its ratio to the row of the same size and pace that does not.
     """
     print(f"\n{load_line()} at the start; median of {rounds} round(s)")
     print(
         "| concurrent steps | collector pace | terminal | driver peak RSS MB (floor < 1,500) | "
-        "driver CPU s per 1,000 steps (min-max) | vs the 10,000 row | of which the collector "
-        "(full collections) | fake peak RSS MB | fake CPU s per 1,000 steps | writes per step "
-        "| lists / watches | driver relists | reads per step |"
+        "driver CPU s per 1,000 steps (min-max) | vs the 10,000 row (observing: vs off) | of "
+        "which the collector (full collections) | fake peak RSS MB | fake CPU s per 1,000 "
+        "steps | writes per step | lists / watches | driver relists | reads per step |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    taken: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    taken: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for pace in paces:
             for n in sizes:
-                taken.setdefault((pace, n), []).append(await scale_figures(cluster, n, pace))
+                for mode in observes:
+                    row = await scale_figures(cluster, n, pace, mode)
+                    taken.setdefault((pace, mode, n), []).append(row)
     for pace in paces:
         base: float | None = None
         for n in sizes:
-            runs = taken[pace, n]
-            if base is None and n >= 10_000:
-                base = statistics.median(r["per_1000"] for r in runs)
-            print(scale_line(n, pace, runs, base))
+            for mode in observes:
+                runs = taken[pace, mode, n]
+                if base is None and n >= 10_000 and mode == observes[0]:
+                    base = statistics.median(r["per_1000"] for r in runs)
+                against = base
+                if mode not in ("off",) and "off" in observes:
+                    against = statistics.median(r["per_1000"] for r in taken[pace, "off", n])
+                label = pace if mode == "off" else f"{pace}, {mode}"
+                print(scale_line(n, label, runs, against))
     print(f"{load_line()} at the end")
 
 
@@ -700,6 +760,20 @@ async def main() -> None:
         default="paced",
         help="the driver's collector: as a session paces it, CPython's default, or both rows",
     )
+    parser.add_argument(
+        "--observe",
+        type=lambda t: tuple(x for x in t.split(",") if x),
+        default=("off",),
+        help="scale rows per mode, comma-separated: off (nothing configured), traces (an SDK "
+        "tracer provider), metrics (the Prometheus endpoint), before (--baseline-tree's own "
+        "driver); e.g. off,traces",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="an older checkout (git archive REV | tar -x -C DIR) for --observe before",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument(
         "--wait-start", type=float, default=15.0, help="seconds before the first step ends"
@@ -710,8 +784,15 @@ async def main() -> None:
     parser.add_argument("--namespace", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--scale-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global BASELINE_TREE
+    if "before" in args.observe:
+        if args.baseline_tree is None or not (args.baseline_tree / "benchmarks" / SCRIPT).exists():
+            parser.error("--observe before needs --baseline-tree DIR holding benchmarks/" + SCRIPT)
+        BASELINE_TREE = args.baseline_tree.resolve()
     if args.scale_child:  # one scale row's driver (see scale_row)
-        child = await scale(args.kubeconfig, args.namespace, args.scale_child, args.gc_pace)
+        child = await scale(
+            args.kubeconfig, args.namespace, args.scale_child, args.gc_pace, args.observe[0]
+        )
         print(json.dumps(child))
         return
     real = args.kubeconfig is not None
@@ -726,7 +807,7 @@ async def main() -> None:
     counts = args.scale if args.scale is not None else ([] if real else [10_000])
     if "scale" in only and counts:
         paces = ["paced", "default"] if args.gc_pace == "both" else [args.gc_pace]
-        await scale_table(cluster, counts, args.scale_rounds, paces)
+        await scale_table(cluster, counts, args.scale_rounds, paces, args.observe)
 
 
 if __name__ == "__main__":

@@ -14,20 +14,31 @@ does the same on a small scale:
     python examples/mummi_driver.py                  # 12 simulations, 4 at a time, local
     python examples/mummi_driver.py --sims 40 --slots 8
     python examples/mummi_driver.py --backend kubernetes --namespace hpc
+    python examples/mummi_driver.py --metrics-port 9464 --trace sims.tsv   # for dashboards
 
 On the local backend it runs in a few seconds with no cluster.
+
+Watched the way a days-long run is (docs/observability.md): ``--metrics-port`` serves
+Prometheus metrics (steps by state, ended by result, durations, queue waits, cache hits),
+``--trace`` writes a row per simulation as it ends, and with ``OTEL_EXPORTER_OTLP_ENDPOINT``
+set (and k8sjobs[otel] installed) each wave is a span of the driver's whose children are its
+simulations' spans, so a trace viewer shows the loop as it steered.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import random
 import sys
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from k8sjobs import Resources, Session, Step, StepHandle, StepResult
 from k8sjobs.local import LocalBackend
@@ -78,7 +89,14 @@ def simulation(patch: str, x: float, y: float) -> Step:
     )
 
 
-async def drive(session: Session, sims: int, slots: int) -> MacroModel:
+Span = Callable[[str], AbstractContextManager[Any]]
+
+
+def _no_span(name: str) -> AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+async def drive(session: Session, sims: int, slots: int, span: Span = _no_span) -> MacroModel:
     """Run ``sims`` simulations, ``slots`` at a time; return the macro model it taught.
 
     Each simulation that ends is analysed at once and replaced by a new one, chosen with
@@ -93,15 +111,33 @@ async def drive(session: Session, sims: int, slots: int) -> MacroModel:
         patches[f"sim-{patch}"] = (x, y)
         return await session.submit(simulation(patch, x, y))
 
-    wave = [await submit() for _ in range(min(slots, sims))]
+    with span("wave 1"):  # the steps submitted inside a span are its children
+        wave = [await submit() for _ in range(min(slots, sims))]
+    number = 1
     while wave:
         next_wave = []
-        async for handle in session.as_completed(wave):
-            analyse(handle.name, handle.result, await handle.logs(), model, patches)
-            if model.proposed < sims:  # feed new work as a slot frees up
-                next_wave.append(await submit())
+        number += 1
+        with span(f"wave {number}"):
+            async for handle in session.as_completed(wave):
+                analyse(handle.name, handle.result, await handle.logs(), model, patches)
+                if model.proposed < sims:  # feed new work as a slot frees up
+                    next_wave.append(await submit())
         wave = next_wave
     return model
+
+
+def tracing() -> tuple[Any, Span]:
+    """Return a tracer provider and the driver's span maker, when OTLP is configured
+    (``OTEL_EXPORTER_OTLP_ENDPOINT``) and k8sjobs[otel] installed; else (None, no spans)."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return None, _no_span
+    try:
+        from k8sjobs.observe.otel import env_tracer_provider
+    except ImportError:
+        return None, _no_span
+    provider = env_tracer_provider()
+    tracer = provider.get_tracer("mummi-mini")
+    return provider, lambda name: tracer.start_as_current_span(name)
 
 
 def analyse(
@@ -128,13 +164,26 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("local", "kubernetes"), default="local")
     parser.add_argument("--namespace", default=None)
     parser.add_argument("--state-dir", help="local backend state (default: a fresh temp dir)")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    parser.add_argument("--trace", help="write a row per simulation to this file as it ends")
     args = parser.parse_args(argv)
+    provider, span = tracing()
     with tempfile.TemporaryDirectory(prefix="mummi-") as scratch:
         backend: Literal["kubernetes"] | LocalBackend = "kubernetes"
         if args.backend == "local":  # as many cores as slots: the scheduler keeps it at that
             backend = LocalBackend(state_dir=args.state_dir or scratch, cpu=args.slots)
-        async with Session(study="mummi-mini", backend=backend, namespace=args.namespace) as s:
-            model = await drive(s, args.sims, args.slots)
+        session = Session(
+            study="mummi-mini",
+            backend=backend,
+            namespace=args.namespace,
+            tracer_provider=provider,
+            metrics_port=args.metrics_port,
+            trace_file=args.trace,
+        )
+        async with session as s:
+            if s.observer is not None and s.observer.metrics_url:
+                print(f"metrics: {s.observer.metrics_url}", flush=True)
+            model = await drive(s, args.sims, args.slots, span)
             results = await s.gather()
     if model.best is not None:
         energy, x, y = model.best

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import json
 import re
@@ -120,3 +121,48 @@ def test_mpi_study_runs_on_the_local_backend(tmp_path: Path) -> None:
     # Two ranks on each pod: index 0 (the launcher) and index 1 (the worker).
     assert summary[0::2] == ["2", "2"]
     assert [name.rsplit("-", 1)[1] for name in summary[1::2]] == ["0", "1"]
+
+
+def test_mummi_driver_serves_metrics_and_writes_a_row_per_simulation(tmp_path: Path) -> None:
+    args = ["--sims", "6", "--slots", "3", "--metrics-port", "0", "--trace", "sims.tsv"]
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "mummi_driver.py"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("metrics: http://127.0.0.1:")
+    rows = (tmp_path / "sims.tsv").read_text().splitlines()
+    assert len(rows) == 1 + 6 and all(r.split("\t")[4] == "SUCCEEDED" for r in rows[1:])
+
+
+async def test_mummi_driver_waves_are_the_parents_of_their_simulations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from k8sjobs import Session
+    from k8sjobs.local import LocalBackend
+
+    spec = importlib.util.spec_from_file_location("mummi_driver", EXAMPLES / "mummi_driver.py")
+    assert spec is not None and spec.loader is not None
+    driver = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mummi_driver", driver)  # its dataclasses look it up
+    spec.loader.exec_module(driver)
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = provider.get_tracer("mummi")
+    backend = LocalBackend(state_dir=tmp_path, cpu=2)
+    async with Session(study="mm", backend=backend, tracer_provider=provider) as s:
+        await driver.drive(s, 4, 2, lambda name: tracer.start_as_current_span(name))
+    finished = spans.get_finished_spans()
+    waves = {sp.context.span_id: sp.name for sp in finished if sp.name.startswith("wave ")}
+    sims = [sp for sp in finished if sp.name.startswith("step sim-")]
+    assert len(sims) == 4
+    assert all(sp.parent is not None and sp.parent.span_id in waves for sp in sims)
+    assert {waves[sp.parent.span_id] for sp in sims if sp.parent} == {"wave 1", "wave 2"}
