@@ -38,6 +38,8 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # Kueue writes PendingEvaluation right after requeueing an evicted Workload, before the
 # scheduler has looked at it again: still the eviction's news, not a new wait.
 _NOT_YET_EVALUATED = "PendingEvaluation"
+# How status.judge ends a PendingTimeout's message, before what the step waited for.
+_WAITED = "; it waited: "
 
 
 class Stage(enum.Enum):
@@ -116,11 +118,16 @@ def judge(result: StepResult, found: Admission | None) -> StepResult:
     pods active (they are being stopped, exit 143: not the step's failure); a waiting one
     keeps the step PENDING with Kueue's reason in place of "Suspended". An admitted one
     leaves the Job's word: it runs, or waits on what its pods say (image, node, volume).
-    ``evictions`` is carried to every result, the ended one too (the run's record).
+    ``evictions`` is carried to every result, the ended one too (the run's record); a step
+    failed by its ``pending_timeout`` while Kueue held it says what Kueue said.
     """
     if found is None:
         return result
     result = result.evolve(evictions=max(result.evictions, found.evictions))
+    if result.reason == "PendingTimeout" and found.stage is Stage.WAITING:
+        # The Job only knew it was suspended; Kueue knows why (a Misconfigured queue, say).
+        bound = result.message.partition(_WAITED)[0]
+        return result.evolve(message=f"{bound}{_WAITED}{found.reason}: {found.message}")
     if result.state.terminal:
         return result
     if found.stage is Stage.EVICTED:

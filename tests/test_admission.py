@@ -173,3 +173,23 @@ def test_an_ended_job_stands_whatever_its_workload_says(
         assert judged == result.evolve(evictions=evictions)
     else:
         assert judged.state is {Stage.EVICTED: X, Stage.WAITING: P}.get(stage, state)
+
+
+def test_a_pending_timeout_in_a_queue_says_what_kueue_said() -> None:
+    """A Misconfigured queue is bounded by pending_timeout, and the failure names the cause."""
+    data = json.loads((REFERENCE / "kueue-no-localqueue.json").read_text())
+    job = data["job_watch_events"][0]["object"]
+    workload = next(
+        e["object"]
+        for e in data["workload_watch_events"]
+        if e["object"].get("status", {}).get("conditions")
+    )
+    created = datetime.fromisoformat(job["metadata"]["creationTimestamp"])
+    later = created + timedelta(seconds=30)
+    timed_out = judge_job(job, [], now=later, pending_grace=60, pending_timeout=10)
+    assert timed_out.reason == "PendingTimeout"
+    result = judge(timed_out, admission(workload))
+    assert result.state is StepState.FAILED and result.message == (
+        "not started within pending_timeout (10 s); it waited: Misconfigured: "
+        "LocalQueue no-such-queue doesn't exist"
+    )
