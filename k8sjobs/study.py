@@ -31,6 +31,7 @@ import itertools
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -500,13 +501,15 @@ class StepRecord:
 
     @property
     def origin(self) -> str:
-        """Return how the step's result came about: "ran", "reused" (a recorded result of
-        the same key), "adopted" (found running or ended from an identical earlier run) or
-        "not run" (not sent: waiting, an upstream step failed, or the run was stopped)."""
+        """Return how the step's result came about, one of ``ORIGINS``: "ran", "reused" (a
+        recorded result of the same key), "adopted" (found running or ended from an
+        identical earlier run), "not run" (ended without being sent: an upstream step did
+        not succeed, it was refused, or the run was stopped first) or "waiting" (not sent
+        yet, the run goes on). The one source of every count of origins (``count_origins``)."""
         if self.result.reason == "Cached":
             return "reused"
-        if self.handle is None:
-            return "not run"
+        if self.handle is None or self.result.reason == "DependencyFailed":
+            return "not run" if self.result.state.terminal else "waiting"
         return "adopted" if self.handle.adopted or self.adopted else "ran"
 
     def seen(self) -> StepResult:
@@ -546,6 +549,17 @@ class StepRecord:
             if self.running_at is None and ran and not self.adopted:
                 self.running_at = now
         self.result = result
+
+
+#: How a step's result came about (``StepRecord.origin``), in the order counts list them.
+ORIGINS = ("ran", "reused", "adopted", "not run", "waiting")
+
+
+def count_origins(origins: Iterable[str]) -> str:
+    """Return how the steps came about, "3 ran, 17 reused, 1 not run" (those that occur):
+    what ``run`` ends with and ``status`` and ``report`` say of the same record."""
+    counts = Counter(origins)
+    return ", ".join(f"{counts[o]} {o}" for o in ORIGINS if counts[o])
 
 
 class StudyRun:
@@ -624,10 +638,9 @@ class StudyRun:
                 _log.info('step "%s" waits for %s', step.name, ", ".join(waiting))
             for dep in deps:
                 await self._done[dep].wait()
-            # The session fails a step whose upstream handles failed (after=); a dependency
-            # the API refused has no handle, so its record speaks for it.
-            refused = [self._result(d) for d in deps if d not in self._handles]
-            failed = dependency_failure(self._result(step.name), refused)
+            # A step whose upstream did not succeed is never sent (so it has no handle and
+            # its origin is "not run"); each upstream's record speaks for it.
+            failed = dependency_failure(self._result(step.name), [self._result(d) for d in deps])
             if failed is not None:
                 self._show(failed)
                 return

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._printable import printable
 from ..durations import format_duration
+from ..study import count_origins
 from ..usage import Usage, format_bytes, summarize_usage
 
 __all__ = ["report_html"]
@@ -207,6 +208,9 @@ def _headline(run: Run, rows: Sequence[_Row], origin: float, as_of: float) -> st
     took = format_duration(as_of - origin)
     began = _clock(run.get("started") or origin, date=True)
     took = f"{took} recorded so far" if "driver" in run else f"took {took}"
+    # How they came about, counted as `run` and `status` count them (records that say).
+    origins = count_origins(str(r.record["origin"]) for r in rows if "origin" in r.record)
+    summary += f" ({origins})" if origins else ""
     return _escape(f"Started {began}, {took}; {len(rows)} steps: {summary}.")
 
 

@@ -28,7 +28,7 @@ from ..runrecord import read_run, retime
 from ..session import Session
 from ..state import StepResult, StepState
 from ..steps.spec import Step, StepOutput, parse_duration
-from ..study import StudyRun, load_study, parse_study, read_study_text, read_yaml
+from ..study import StudyRun, count_origins, load_study, parse_study, read_study_text, read_yaml
 from ..usage import request_versus_use
 from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
 from .options import study_name as _study_name
@@ -346,7 +346,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 requested = {name: r.requested for name, r in run.records.items()}
                 seen = [r.seen() for r in run.records.values()]
                 display.summary(seen, study.name, path, requested)
-                print(_origin_line([r.origin for r in run.records.values()]), flush=True)
+                print(count_origins(r.origin for r in run.records.values()), flush=True)
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -549,8 +549,12 @@ def _print_status(
     if used:
         print(used)
     shown = [origins[r.name] for r in results if r.name in origins]
-    if "reused" in shown or "adopted" in shown:  # where the backend's view is not the run's
-        print("last run: " + _origin_line(shown))
+    driver = (run or {}).get("driver") or {}
+    if driver.get("alive"):  # the record is a run still going: say so, and what it did so far
+        who = f"pid {driver.get('pid')} on {driver.get('host')}"
+        print(printable(f"a run is going (its driver: {who}); so far: {count_origins(shown)}"))
+    elif "reused" in shown or "adopted" in shown:  # where the backend's view is not the run's
+        print("last run: " + count_origins(shown))
     for name, described in events.items():  # each failed, evicted or deleted pod, its cost
         for line in described:
             print(printable(f"  {name}: {line}"))
@@ -563,12 +567,6 @@ def _as_seen(record: Any) -> StepResult:
         why = result.message or result.reason
         return result.evolve(message=f"adopted from an earlier run; {why}" if why else "adopted")
     return result
-
-
-def _origin_line(origins: Sequence[str]) -> str:
-    """Return how the steps came about: "3 ran, 17 reused, 0 adopted" (those that occur)."""
-    counts = {o: origins.count(o) for o in ("ran", "reused", "adopted", "not run")}
-    return ", ".join(f"{n} {o}" for o, n in counts.items() if n)
 
 
 def _console() -> Console:

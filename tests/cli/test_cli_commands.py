@@ -201,7 +201,9 @@ def test_status_logs_and_cancel_from_a_second_process(
         ["first", "│", "RUNNING"],
         ["second", "│", "RUNNING"],
         ["third", "│", "PENDING"],  # from the run's journal: it waits for first
+        ["a", "run", "is"],  # going: a live run says so, "so far: 2 ran, 1 waiting"
     ]
+    assert "so far: 2 ran, 1 waiting" in status
     assert status.count("RUNNING") == 2
     # A running step shows its time so far, with a fraction under a minute.
     assert len(re.findall(r"RUNNING\s+│\s+(\d+ms|\d+\.\d+s)\s+│", status)) == 2, status
