@@ -32,6 +32,9 @@ DEFAULT_ARTIFACT_TYPE = "application/vnd.k8sjobs.artifact.v1"
 TITLE = "org.opencontainers.image.title"
 REF_NAME = "org.opencontainers.image.ref.name"
 UNPACK = "io.deis.oras.content.unpack"
+#: A directory layer's digest over its files without their times (names, kinds, modes,
+#: links, bytes): what the step cache keys a directory input by.
+FILES_DIGEST = "k8sjobs.io/files-digest"
 CONTENT_DIGEST = "io.deis.oras.content.digest"
 
 # A manifest larger than this is refused: the OCI distribution spec lets a registry refuse

@@ -36,6 +36,7 @@ class ArchiveInfo:
     digest: str
     size: int
     tar_digest: str
+    files_digest: str = ""  # over names, kinds, modes, links and bytes: no times (FILES_DIGEST)
 
 
 def media_type_for(compression: Compression) -> str:
@@ -264,13 +265,39 @@ def write_archive(
         compressor = blob
     # Uncompressed, the blob is the tar: one hash serves both digests.
     tar_stream = blob if compressor is blob else _HashingWriter(compressor)
+    files = _FilesHasher(tar_stream)
     for name, path, st in entries:
-        _write_member(tar_stream, path, name, st, inodes)
+        _write_member(files, path, name, st, inodes)
     tar_stream.write(_END)  # two zero blocks, then zeros to a whole record, as tarfile does
     tar_stream.write(bytes(-tar_stream.size % tarfile.RECORDSIZE))
     if compressor is not blob:
         compressor.close()
-    return ArchiveInfo(blob.digest, blob.size, tar_stream.digest)
+    return ArchiveInfo(blob.digest, blob.size, tar_stream.digest, files.digest())
+
+
+class _FilesHasher:
+    """Writes the tar to ``out`` and hashes what the files are apart from their times: each
+    member's header with its mtime zeroed, and its bytes. So a directory output that a
+    producer re-made with the same files has the same ``files_digest``, and the steps that
+    read it the same key, though the archive (which keeps the mtimes a pull restores) differs.
+    """
+
+    def __init__(self, out: _HashingWriter) -> None:
+        self.out = out
+        self._hash = hashlib.sha256()
+
+    def header(self, info: tarfile.TarInfo) -> None:
+        self.out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        mtime, info.mtime = info.mtime, 0
+        self._hash.update(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        info.mtime = mtime
+
+    def write(self, data: bytes) -> int:
+        self._hash.update(data)
+        return self.out.write(data)
+
+    def digest(self) -> str:
+        return "sha256:" + self._hash.hexdigest()
 
 
 _END = bytes(2 * tarfile.BLOCKSIZE)
@@ -282,7 +309,7 @@ _KINDS = {
 
 
 def _write_member(
-    out: _HashingWriter,
+    out: _FilesHasher,
     path: str,
     arcname: str,
     st: os.stat_result,
@@ -308,13 +335,13 @@ def _write_member(
             info.type, info.linkname = tarfile.LNKTYPE, first
     if info.type == tarfile.REGTYPE:
         info.size = st.st_size
-    out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+    out.header(info)
     if info.size:
         _copy_file(path, info.size, out)
         out.write(bytes(-info.size % tarfile.BLOCKSIZE))
 
 
-def _copy_file(path: str, size: int, out: _HashingWriter) -> None:
+def _copy_file(path: str, size: int, out: _FilesHasher) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         left = size

@@ -239,10 +239,11 @@ class _Pusher:
             _tarball.fingerprint, path, entries, opts.compression, opts.level
         )
         cached = await anyio.to_thread.run_sync(self.cache.get, key) if key else None
-        if cached:
-            digest, size, tar_digest = cached.split()
+        fields = cached.split() if cached else []
+        if len(fields) == 4:  # an entry of an older version, without files_digest: a miss
+            digest, size, tar_digest, files_digest = fields
             if await self.backend.has_blob(self.ref, digest):
-                return self._dir_descriptor(path, digest, int(size), tar_digest)
+                return self._dir_descriptor(path, digest, int(size), tar_digest, files_digest)
         compression, level = opts.compression, opts.level
 
         def produce(out: _tarball.Writable) -> _tarball.ArchiveInfo:
@@ -251,14 +252,19 @@ class _Pusher:
 
         info = await self.backend.put_archive(self.ref, produce, self._sent(path.name, None))
         if key:
-            value = f"{info.digest} {info.size} {info.tar_digest}"
+            value = f"{info.digest} {info.size} {info.tar_digest} {info.files_digest}"
             await anyio.to_thread.run_sync(self.cache.put, key, value)
-        return self._dir_descriptor(path, info.digest, info.size, info.tar_digest)
+        return self._dir_descriptor(
+            path, info.digest, info.size, info.tar_digest, info.files_digest
+        )
 
-    def _dir_descriptor(self, path: Path, digest: str, size: int, tar_digest: str) -> Descriptor:
+    def _dir_descriptor(
+        self, path: Path, digest: str, size: int, tar_digest: str, files_digest: str
+    ) -> Descriptor:
         annotations = {
             _media.TITLE: path.name,
             _media.CONTENT_DIGEST: tar_digest,
+            _media.FILES_DIGEST: files_digest,
             _media.UNPACK: "true",
         }
         media_type = _tarball.media_type_for(self.opts.compression)

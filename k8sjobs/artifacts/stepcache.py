@@ -262,9 +262,18 @@ def content_digest(manifest: bytes, where: str = "an input") -> str:
     not make its readers run.
     """
     parsed = _media.decode_manifest(manifest, where)
-    layers = sorted((d.title or "", d.media_type, d.digest) for d in parsed.layers)
+    # A directory layer by its files, not its archive: the archive keeps file times.
+    layers = sorted(
+        (d.title or "", d.media_type, _files_digest(d) or d.digest) for d in parsed.layers
+    )
     canonical = json.dumps(layers, separators=(",", ":")).encode()
     return _media.sha256_digest(canonical)
+
+
+def _files_digest(layer: Descriptor) -> str | None:
+    """Return a directory layer's files digest ("files:sha256:..."), or None without one."""
+    value = layer.annotations.get(_media.FILES_DIGEST, "")
+    return f"files:{value}" if re.fullmatch(r"sha256:[0-9a-f]{64}", value) else None
 
 
 def record_reference(key: str) -> str:
