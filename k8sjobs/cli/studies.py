@@ -275,6 +275,17 @@ def _select(args: argparse.Namespace, command: str) -> str:
     return _study_name(args, command)
 
 
+def _require_store(args: argparse.Namespace) -> None:
+    """Refuse a Kubernetes run without an artifact store before anything starts: each step's
+    pod hands its outputs and the step cache through it, so every step would fail."""
+    if args.backend == "kubernetes" and not args.registry:
+        raise UsageError(
+            "k8sjobs run --backend kubernetes needs an artifact store: give --registry "
+            "HOST:PORT/PREFIX (a registry the pods can reach), or --registry oci:/path for a "
+            "fake or single-machine cluster whose pods see that path"
+        )
+
+
 def _session(args: argparse.Namespace, study: str) -> Session:
     return Session(
         study=study,
@@ -313,6 +324,7 @@ def _local_options(args: argparse.Namespace) -> dict[str, object]:
 
 async def _cmd_run(args: argparse.Namespace) -> int:
     study = load_study(args.study_file, name=args.study)
+    _require_store(args)
     console = Console(soft_wrap=True, highlight=False)
     names = [s.name for s in study.steps]
     display = Progress(names, console, live=console.is_terminal and not args.plain)

@@ -20,6 +20,8 @@ STUDY = "name: s\nsteps:\n  - name: a\n    script: echo hi\n"
 # Each command (as words), and argument lists that are a user's mistake. "{dir}" is a
 # folder holding s.yaml (a good study), bad.kubeconfig ("clusters: 3"), notyaml (": [").
 KUBE = ["--backend", "kubernetes"]
+# run's kubeconfig cases name a store: without one, run is refused before the kubeconfig.
+RUN_KUBE = [*KUBE, "--registry", "oci:/r"]
 SWEEP: dict[str, list[list[str]]] = {
     "run": [
         ["{dir}/absent.yaml"],
@@ -33,10 +35,12 @@ SWEEP: dict[str, list[list[str]]] = {
         ["{dir}/s.yaml", "--backend", "slurm"],
         ["{dir}/s.yaml", "--volume", "results"],
         ["{dir}/s.yaml", "--no-such-option"],
+        ["{dir}/s.yaml", *RUN_KUBE, "--kubeconfig", "{dir}/absent"],
+        ["{dir}/s.yaml", *RUN_KUBE, "--kubeconfig", "{dir}/bad.kubeconfig"],
+        ["{dir}/s.yaml", *RUN_KUBE, "--kubeconfig", "{dir}/notyaml"],
+        ["{dir}/s.yaml", *RUN_KUBE, "--kubeconfig", "{dir}/s.yaml"],
+        ["{dir}/s.yaml", *KUBE],
         ["{dir}/s.yaml", *KUBE, "--kubeconfig", "{dir}/absent"],
-        ["{dir}/s.yaml", *KUBE, "--kubeconfig", "{dir}/bad.kubeconfig"],
-        ["{dir}/s.yaml", *KUBE, "--kubeconfig", "{dir}/notyaml"],
-        ["{dir}/s.yaml", *KUBE, "--kubeconfig", "{dir}/s.yaml"],
     ],
     "status": [
         [],
@@ -154,14 +158,27 @@ def test_the_sweep_covers_every_command() -> None:
 def test_errors_name_the_cli_option_not_the_api_parameter(
     folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    main(["run", "s.yaml", *KUBE, "--kubeconfig", "absent"])
+    main(["run", "s.yaml", *RUN_KUBE, "--kubeconfig", "absent"])
     assert capsys.readouterr().err == "error: kubeconfig absent: no such file.\n"
     main(["status", "--study", "s", *KUBE])  # no KUBECONFIG, no ~/.kube/config here
     err = capsys.readouterr().err
     assert "give --kubeconfig FILE (or run on this machine: --backend local)" in err
     main(["artifact", "tags", "s/a", "--store", "http://registry.example"])
     assert "give --plain-http" in capsys.readouterr().err
-    main(["run", "s.yaml", *KUBE, "--kubeconfig", "bad.kubeconfig"])
+    main(["run", "s.yaml", *RUN_KUBE, "--kubeconfig", "bad.kubeconfig"])
     assert capsys.readouterr().err.startswith(
         "error: kubeconfig bad.kubeconfig is malformed: a field has the wrong shape"
     )
+
+
+@pytest.mark.parametrize("kubeconfig", [[], ["--kubeconfig", "absent"], ["--kubeconfig", "s.yaml"]])
+def test_a_kubernetes_run_without_any_store_is_refused_before_anything_starts(
+    folder: Path, capsys: pytest.CaptureFixture[str], kubeconfig: list[str]
+) -> None:
+    """Whatever the cluster (none, unreadable), no store is refused first, with exit 2, naming
+    --registry and the oci:/path form, and nothing of the run is written."""
+    code = main(["--state-dir", str(folder / "state"), "run", "s.yaml", *KUBE, *kubeconfig])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--registry" in err and "--registry oci:/path" in err and err.count("\n") == 1, err
+    assert not (folder / "state").exists()

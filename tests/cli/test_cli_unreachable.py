@@ -22,7 +22,7 @@ steps:
     script: echo hi
 """
 COMMANDS = {
-    "run": ["run", "study.yaml"],
+    "run": ["run", "study.yaml", "--registry", "oci:/r"],  # a store: else refused first
     "status": ["status", "--study", "s"],
     "logs": ["logs", "--study", "s", "one"],
     "cancel": ["cancel", "--study", "s"],
