@@ -975,17 +975,27 @@ class KubernetesBackend:
         return watch
 
     async def _follow_queue(self, namespace: str) -> None:
-        """Watch the Workloads of ``namespace``, once, if the cluster serves Kueue (asked once)."""
+        """Watch the Workloads of ``namespace``, once, if the cluster serves Kueue (asked once).
+
+        Returns once the first list is applied, so ``attach`` (``k8sjobs status``) shows
+        Kueue's reasons at once; bounded by ``connect_timeout``, after which the steps are
+        followed from their Jobs until the watch catches up.
+        """
         async with self._watch_lock:
             if self._kueue is None:
                 self._kueue = await kueue_served(self.client)
-            if self._kueue and namespace not in self._workload_watches:
-                self._workload_watches[namespace] = WorkloadWatch(
+            workloads = self._workload_watches.get(namespace)
+            if self._kueue and workloads is None:
+                workloads = self._workload_watches[namespace] = WorkloadWatch(
                     self.client,
                     namespace,
                     lambda uid: self._workload_changed(namespace, uid),
                     self.watch_policy(),
                 )
+        if workloads is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._options.connect_timeout):
+                    await workloads.informer.synced.wait()
 
     def _workload_changed(self, namespace: str, uid: str) -> None:
         for (where, _), watch in self._watches.items():

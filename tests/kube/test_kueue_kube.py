@@ -165,3 +165,21 @@ async def test_unqueued_steps_ask_nothing_of_kueue(cluster: FakeCluster, tmp_pat
         result = await (await s.submit(step("plain"))).wait(60)
     assert result.state is StepState.SUCCEEDED
     assert [k for k in cluster.requests.counts if "kueue" in str(k) or "workload" in str(k)] == []
+
+
+async def test_an_attached_queued_step_has_kueues_reason_when_attach_returns(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """`k8sjobs status` attaches: the Workload watch has listed before the handles return."""
+    await _install(cluster)
+    async with session(cluster, tmp_path) as s:
+        handle = await s.submit(step("orphan", queue="no-such-queue"))
+        await wait_until(lambda: cluster.get("jobs", handle.object_name), "the Job exists")
+        bad = _condition("QuotaReserved", "False", "Misconfigured", MISCONFIGURED)
+        _write_workload(cluster, handle.object_name, [bad, NO_RESERVATION])
+    cluster.requests.reset()
+    async with session(cluster, tmp_path) as again:
+        (found,) = await again.attach()
+        assert (found.state, found.result.reason) == (StepState.PENDING, "Misconfigured")
+        assert found.result.message == MISCONFIGURED
+    assert cluster.requests.count("get", "workloads") == 0
