@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 
 from .artifacts._reference import pin
@@ -112,8 +113,11 @@ class Reuse:
             assert digest is not None
             pins[name] = pin(reference, digest)
             digests[name] = content
+        # The driver's environment, for the names the step asked to key by: what a local
+        # step's tools on PATH are, for instance, which nothing else of the key sees.
+        environment = {name: os.environ.get(name) for name in step.key_env}
         try:
-            return step_key(step, digests), pins
+            return step_key(step, digests, environment), pins
         except ValueError as exc:
             _log.info("step %s: no key (%s): not cached", step.name, exc)
             return None, pins

@@ -316,3 +316,35 @@ async def test_cache_ls_lists_the_records_and_cache_clear_makes_every_step_run(
     await run(Session(study="clr2", backend=LocalBackend(state_dir=tmp_path / "s"), store=store),
               tree(count)[:3])  # fmt: skip
     assert ran(count) == Counter({"s00": 2, "s01": 2, "s02": 2})  # nothing left to reuse
+
+
+async def test_key_env_makes_a_local_step_run_when_the_tool_on_path_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 item 6: a local step runs this machine's tools, which the key cannot see; a
+    step that names PATH in ``key_env`` runs again under another PATH, and is reused under
+    the same one."""
+    count = tmp_path / "ran"
+    for version in ("1", "2"):
+        tool = tmp_path / f"bin{version}" / "tool"
+        tool.parent.mkdir()
+        tool.write_text(f"#!/bin/sh\necho tool {version}\n")
+        tool.chmod(0o755)
+    step = Step(
+        name="use",
+        script=f"echo use >> {count}\ntool > out.txt\n",
+        outputs={"out": "out.txt"},
+        key_env=["PATH"],
+    )
+
+    async def with_tool(version: str) -> StepResult:
+        monkeypatch.setenv("PATH", f"{tmp_path / f'bin{version}'}:{sys_path}")
+        backend = LocalBackend(state_dir=tmp_path / f"state{version}")
+        session = Session(study="tool", backend=backend, store=f"oci:{tmp_path / 'store'}")
+        return (await run(session, [step]))["use"]
+
+    sys_path = "/usr/bin:/bin"
+    assert (await with_tool("1")).reason != CACHED
+    assert (await with_tool("1")).reason == CACHED
+    assert (await with_tool("2")).reason != CACHED  # another tool: not the stale result
+    assert ran(count)["use"] == 2

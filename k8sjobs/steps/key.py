@@ -22,6 +22,8 @@ launch settings     launch, mpi, launcher, ssh_dir, target, flux_in_image, secur
 inputs              each input's name and the *content digest* of what it resolved to (its
                     files' digests, not its manifest's annotations): not the producer's study
                     or step name, so two studies sharing a step share its key
+key_env             the value in the driver's environment of each name it lists (only when
+                    it lists any): what the user adds of the environment the key cannot see
 ==================  ==========================================================================
 
 Left out, on purpose: the step's name and namespace, its study, labels and annotations (names,
@@ -77,6 +79,7 @@ KEYED_FIELDS = frozenset(
         "security",
         "runtime_class",
         "inputs",
+        "key_env",  # by the values the driver's environment gives those names
     }
 )
 
@@ -111,12 +114,16 @@ EXCLUDED_FIELDS = frozenset(
 )
 
 
-def step_key(step: Step, inputs: Mapping[str, str]) -> str:
+def step_key(
+    step: Step, inputs: Mapping[str, str], environment: Mapping[str, str | None] | None = None
+) -> str:
     """Return ``step``'s key, ``sha256:<hex>``, given the digest of each of its inputs.
 
     ``inputs`` maps every input name of the step to the digest (``sha256:...``) of the
     artifact it resolved to; a missing or non-digest value raises ValueError, since a key
-    over a tag would outlive what the tag pointed at.
+    over a tag would outlive what the tag pointed at. ``environment`` gives the value (None:
+    unset) of each name in ``step.key_env``, read by the caller from the driver's
+    environment; a step without ``key_env`` has the key it had before the field existed.
     """
     missing = sorted(set(step.inputs) - set(inputs))
     if missing:
@@ -147,6 +154,9 @@ def step_key(step: Step, inputs: Mapping[str, str]) -> str:
         },
         "inputs": {name: inputs[name] for name in step.inputs},
     }
+    if step.key_env:
+        given = environment or {}
+        document["key_env"] = {name: given.get(name) for name in step.key_env}
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 

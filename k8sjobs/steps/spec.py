@@ -609,6 +609,12 @@ class Step(_Model):
         description="Reuse a recorded success with the same key (None: when the step has "
         "outputs and no writable volume; docs/reruns.md).",
     )
+    key_env: list[str] = Field(
+        [],
+        description="Names of the driver's environment variables whose values enter the "
+        "step's key (unset counts as a value): what the key does not see otherwise, such as "
+        "a tool's version on PATH (docs/reruns.md).",
+    )
 
     @classmethod
     def from_script_file(cls, path: str | Path, **fields: Any) -> Step:
@@ -682,6 +688,14 @@ class Step(_Model):
         if any(ch.isspace() for ch in value):
             raise ValueError(f'"{value}" is not an image reference: it contains white space')
         return value
+
+    @field_validator("key_env")
+    @classmethod
+    def _key_env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f'"{name[:80]}" is not a valid environment variable name')
+        return sorted(set(value))
 
     @field_validator("env")
     @classmethod

@@ -48,6 +48,7 @@ CHANGES: dict[str, dict[str, Any]] = {
     "flux_in_image": {"resources": TWO, "target": "minicluster", "flux_in_image": True},
     "security": {"security": "restricted"},
     "runtime_class": {"runtime_class": "gvisor"},
+    "key_env": {"key_env": ["TOOL_VERSION"]},
 }
 
 # One change per excluded field: none may change the key.
@@ -185,3 +186,22 @@ def test_what_is_cached_by_default() -> None:
     assert cached_by_default(Step(**BASE, volumes=[read_only]))
     scratch = Volume(name="scratch", mount_path="/scratch", empty_dir={})
     assert cached_by_default(Step(**BASE, volumes=[scratch]))  # gone with the pod
+
+
+@given(
+    names=st.lists(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=4),
+    values=st.lists(st.none() | st.text(max_size=12), min_size=2, max_size=2),
+)
+def test_key_env_keys_the_step_by_each_named_value_of_the_driver_s_environment(
+    names: list[str], values: list[str | None]
+) -> None:
+    step = Step(**{**BASE, "key_env": names})
+    first, second = ({name: value for name in names} for value in values)
+    same = values[0] == values[1]
+    assert (step_key(step, {"data": D1}, first) == step_key(step, {"data": D1}, second)) is same
+    assert step_key(step, {"data": D1}, first) == step_key(step, {"data": D1}, dict(first))
+
+
+def test_key_env_names_must_be_environment_variable_names() -> None:
+    with pytest.raises(ValueError, match='"a b" is not a valid environment variable name'):
+        Step(**{**BASE, "key_env": ["a b"]})
