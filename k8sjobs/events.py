@@ -53,9 +53,20 @@ class StepEvent:
     message: str
     action: str
 
-    def describe(self) -> str:
-        """Return one line a person can read."""
+    def describe(self, *, cleared: bool = False) -> str:
+        """Return one line a person can read; ``cleared``: the step went on since (it left
+        PENDING), so a wait it caused is history, not a warning."""
+        if cleared and self.action in ("Wait", "Refused"):
+            return f"{self.message} (it cleared; the step went on)"
         return f"{self.message} ({_ACTION_TEXT.get(self.action, self.action)})"
+
+    def expected_of(self, object_name: str) -> bool:
+        """Return whether this is the step's own ConfigMap not mounted yet: created just
+        after its Job, by design, so a first pod's FailedMount of it is no news once the
+        step went on."""
+        return self.reason == "FailedMount" and f'configmap "{object_name}" not found' in (
+            self.message
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Return the event as JSON-ready data (the local backend's step record keeps it)."""

@@ -43,6 +43,9 @@ _STYLE = {
     StepState.CANCELLED: "yellow",
     StepState.LOST: "magenta",
 }
+#: A step that waits (for a slot, a node, a mount) this many seconds says why; a shorter wait
+#: is the ordinary start of a step, not news (issue 34: WaitingForResources for 0.1 s).
+WAIT_NOTICE = 1.0
 # Lines of a bounded view that are not step rows: the summary, the header, its rule, and
 # the line the live display keeps below itself.
 _CHROME = 4
@@ -255,6 +258,7 @@ class Progress:
         self._next_draw = self.start
         self._timer: asyncio.TimerHandle | None = None
         self._tick: asyncio.TimerHandle | None = None
+        self._waits: dict[str, asyncio.TimerHandle] = {}  # a wait not said yet, per step
         self._live = Live(self.view, console=console, auto_refresh=False) if live else None
 
     def __enter__(self) -> Progress:
@@ -268,6 +272,9 @@ class Progress:
             if timer is not None:
                 timer.cancel()
         self._timer = self._tick = None
+        for wait in self._waits.values():
+            wait.cancel()
+        self._waits.clear()
         if self._live:
             # The end: every row, once, in full (rich draws past the terminal's height here).
             self._live.update(status_table(self.view.results.values()))
@@ -289,16 +296,41 @@ class Progress:
         """Take a step's new result: ask for a draw, or print its line if its state changed."""
         before = self.view.results.get(result.name)
         self.view.change(result)
+        if result.state is not StepState.PENDING and (wait := self._waits.pop(result.name, None)):
+            wait.cancel()  # it went on within WAIT_NOTICE: its wait was no news
         if self._live:
             self._ask_draw()
         elif before is None or before.state is not result.state or _newly_blocked(before, result):
             # An end says how long and why; a start says only that it started; a step that
-            # waits says why, once per reason (a refused pod, no node), not in silence.
-            line = result.describe() if result.state.terminal else f"{result.name}: {result.state}"
+            # waits says why, once per reason (a refused pod, no node), not in silence, but
+            # only once the wait is real: most steps wait a moment for a slot or a mount.
             if _newly_blocked(before, result):
-                line += f" ({result.reason}: {result.message})"
-            elapsed = self._clock() - self.start
-            print(printable(f"[{elapsed:7.1f}s] {line}"), flush=True)
+                self._say_wait_later(result)
+                if before is not None and before.state is result.state:
+                    return
+            line = result.describe() if result.state.terminal else f"{result.name}: {result.state}"
+            self._say(line)
+
+    def _say(self, line: str) -> None:
+        elapsed = self._clock() - self.start
+        print(printable(f"[{elapsed:7.1f}s] {line}"), flush=True)
+
+    def _say_wait_later(self, result: StepResult) -> None:
+        """Say why ``result`` waits if it still does in ``WAIT_NOTICE`` seconds."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to wait on (a test's): say it now
+            self._say_wait(result)
+            return
+        if (old := self._waits.pop(result.name, None)) is not None:
+            old.cancel()
+        self._waits[result.name] = loop.call_later(WAIT_NOTICE, self._say_wait, result)
+
+    def _say_wait(self, result: StepResult) -> None:
+        self._waits.pop(result.name, None)
+        now = self.view.results.get(result.name)
+        if now is not None and now.state is StepState.PENDING and now.reason == result.reason:
+            self._say(f"{result.name}: {result.state} ({result.reason}: {result.message})")
 
     def _ask_draw(self) -> None:
         """Draw now if the last draw is ``1/rate`` s old, else make sure a timer will."""

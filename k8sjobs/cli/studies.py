@@ -589,7 +589,14 @@ def _console() -> Console:
 
 
 def _events(handle: Any) -> list[str]:
-    return [event.describe() for event in handle.events]
+    """Return what happened to the step's pods; a wait that cleared is history, and a mount
+    of its own ConfigMap that cleared (made just after its Job) is not shown at all."""
+    cleared = handle.result.state not in (StepState.PENDING, StepState.PREEMPTED)
+    return [
+        event.describe(cleared=cleared)
+        for event in handle.events
+        if not (cleared and event.expected_of(handle.object_name))
+    ]
 
 
 def _print_document(output: str, document: dict[str, Any]) -> None:

@@ -1,0 +1,68 @@
+"""A wait is said when it is real, and a cleared one is history, not a warning.
+
+On Kubernetes a first pod's FailedMount of the step's own ConfigMap (created just after its
+Job, by design) is no news once the step went on; any other wait that cleared is shown as
+history. Locally a step waits a moment for a slot (WaitingForResources): only a wait that
+lasts ``WAIT_NOTICE`` is said.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from k8sjobs.cli.statustable import Progress
+from k8sjobs.cli.studies import _events
+from k8sjobs.events import StepEvent
+from k8sjobs.handle import StepHandle
+from k8sjobs.local import LocalBackend
+from k8sjobs.state import StepResult, StepState
+
+from ..waiting import wait_until
+
+OWN = "st-a-1234abcd"
+MOUNT = StepEvent(
+    None, "st-a-1234abcd-x", "FailedMount",
+    f'MountVolume.SetUp failed for volume "script" : configmap "{OWN}" not found', "Wait",
+)  # fmt: skip
+NODE = StepEvent(None, "st-a-1234abcd-x", "FailedScheduling", "0/1 nodes are available", "Wait")
+WAITING = (StepState.PENDING, StepState.PREEMPTED)
+
+
+@pytest.mark.parametrize("state", list(StepState))
+def test_a_wait_that_cleared_is_history_and_the_own_configmap_mount_is_no_news(
+    state: StepState, tmp_path: Path
+) -> None:
+    backend = LocalBackend(state_dir=tmp_path)
+    handle = StepHandle(name="a", study="st", object_name=OWN, namespace="", backend=backend)
+    handle.report(StepResult(name="a", state=state))
+    for event in (MOUNT, NODE):
+        handle.add_event(event)
+    said = _events(handle)
+    if state in WAITING:  # still waiting: both are why, and it waits until they clear
+        assert len(said) == 2 and all("the step waits until it clears" in s for s in said)
+    else:
+        assert said == ["0/1 nodes are available (it cleared; the step went on)"]
+
+
+async def test_a_local_step_that_starts_at_once_prints_no_wait_and_a_real_wait_is_said(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    progress = Progress(["a", "b"], Console(file=io.StringIO()), live=False)
+    with progress:
+        waiting = StepResult(name="a", reason="WaitingForResources", message="2 of 2 slots busy")
+        progress.update(waiting)
+        progress.update(StepResult(name="a", state=StepState.RUNNING))
+        assert "WaitingForResources" not in capsys.readouterr().out
+        assert not progress._waits  # the notice was dropped, not merely not yet printed
+        progress.update(waiting.evolve(name="b"))
+        out: list[str] = []
+
+        def said() -> bool:
+            out.append(capsys.readouterr().out)
+            return "b: PENDING (WaitingForResources: 2 of 2 slots busy)" in "".join(out)
+
+        await wait_until(said, "the real wait is said")
