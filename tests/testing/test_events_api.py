@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
 from k8sjobs.testing import FakeCluster
 from k8sjobs.testing.apiserver.events import record_event
@@ -238,3 +239,71 @@ async def test_discovery_lists_the_events_group_and_core_events(
     _, core = await call(http, "GET", f"{cluster.url}/api/v1")
     core_names = {r["name"] for r in core["resources"]}
     assert {"events", "limitranges", "resourcequotas", "resourcequotas/status"} <= core_names
+
+
+def _v1_event(**fields: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "e1", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "Started",
+        "note": "started",
+        "type": "Normal",
+        "action": "Start",
+        "reportingController": "example.com/ctl",
+        "reportingInstance": "ctl-1",
+    }
+    return {**event, **fields}
+
+
+@pytest.mark.parametrize(
+    ("fields", "causes"),
+    [
+        ({"type": "Bogus"}, [("type", 'Invalid value: "": has invalid value: Bogus')]),
+        ({"note": "n" * 5000}, [("note", 'Invalid value: "": can have at most 1024 characters')]),
+        ({"note": "é" * 513}, [("note", 'Invalid value: "": can have at most 1024 characters')]),
+        ({"reason": "r" * 300}, [("reason", 'Invalid value: "": can have at most 128 characters')]),
+        ({"action": "a" * 129}, [("action", 'Invalid value: "": can have at most 128 characters')]),
+        (
+            {"reportingInstance": "i" * 129},
+            [("reportingInstance", 'Invalid value: "": can have at most 128 characters')],
+        ),
+        (
+            {"type": "x", "reason": "r" * 129},
+            [
+                ("type", 'Invalid value: "": has invalid value: x'),
+                ("reason", 'Invalid value: "": can have at most 128 characters'),
+            ],
+        ),
+    ],
+    ids=["type", "note", "note-bytes", "reason", "action", "instance", "two"],
+)
+async def test_any_events_v1_event_past_the_real_validation_is_refused_with_its_422(
+    cluster: FakeCluster,
+    http: aiohttp.ClientSession,
+    fields: dict[str, Any],
+    causes: list[tuple[str, str]],
+) -> None:
+    """ValidateEventCreate's rules for events.k8s.io/v1: a type other than Normal or Warning,
+    and reportingInstance, action, reason (128) or note (1024) longer than their bound in
+    bytes, each one cause of one 422 in the real server's words; nothing is stored."""
+    url = f"{cluster.url}/apis/events.k8s.io/v1/namespaces/default/events"
+    status, body = await call(http, "POST", url, _v1_event(**fields))
+    assert status == 422, body
+    assert [(c["field"], c["message"]) for c in body["details"]["causes"]] == causes
+    summary = ", ".join(f"{f}: {m}" for f, m in causes)
+    expected = summary if len(causes) == 1 else f"[{summary}]"
+    assert body["message"] == f'Event.events.k8s.io "e1" is invalid: {expected}'
+    assert cluster.objects("events", "default") == []
+
+
+async def test_an_events_v1_event_at_its_bounds_is_created(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    url = f"{cluster.url}/apis/events.k8s.io/v1/namespaces/default/events"
+    event = _v1_event(note="n" * 1024, reason="r" * 128, type="Warning")
+    status, body = await call(http, "POST", url, event)
+    assert status == 201, body
+    assert body["note"] == "n" * 1024

@@ -30,6 +30,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import errors as _errors
 from .errors import ApiError
 from .store import Obj, Store, now_rfc3339
 
@@ -281,6 +282,36 @@ def to_v1(event: Obj) -> Obj:
     if event.get("count"):
         out["deprecatedCount"] = event["count"]
     return out
+
+
+# ValidateEventCreate's bounds (k8s.io/kubernetes pkg/apis/core/validation/events.go); Go's
+# len() counts bytes, so these do too.
+_V1_LIMITS = (("reportingInstance", 128), ("action", 128), ("reason", 128), ("note", 1024))
+_V1_TYPES = ("Normal", "Warning")
+
+
+def check_v1_create(event: Any) -> None:
+    """Raise the 422 kube-apiserver gives an events.k8s.io/v1 Event it refuses to create: a
+    type other than Normal or Warning, or a text field past its length bound."""
+    if not isinstance(event, dict):
+        return
+    causes = []
+    kind = event.get("type")
+    if kind not in _V1_TYPES:
+        message = f'Invalid value: "": has invalid value: {"" if kind is None else kind}'
+        causes.append(_errors_cause("type", message))
+    for name, limit in _V1_LIMITS:
+        value = event.get(name)
+        if isinstance(value, str) and len(value.encode()) > limit:
+            message = f'Invalid value: "": can have at most {limit} characters'
+            causes.append(_errors_cause(name, message))
+    if causes:
+        name = (event.get("metadata") or {}).get("name", "")
+        raise _errors.invalid("Event", str(name), causes, GROUP)
+
+
+def _errors_cause(field: str, message: str) -> dict[str, str]:
+    return {"reason": "FieldValueInvalid", "message": message, "field": field}
 
 
 def from_v1(event: Any) -> Any:

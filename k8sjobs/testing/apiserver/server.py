@@ -371,7 +371,10 @@ class ApiServer:
     async def _create(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
-        body = _accepted(res, await _read_object(request, res, ns))
+        raw = await _read_object(request, res, ns)
+        if _is_view(res):
+            _events.check_v1_create(raw)
+        body = _accepted(res, raw)
         if res.plural == "pods" and sub == "eviction":
             evict(self.store, ns, name, eviction_grace(body, name))
             return _json_response(eviction_status(), 201)
