@@ -124,6 +124,10 @@ def pod_event(job: Obj, pod: Obj, *, deleted: bool = False) -> StepEvent | None:
     if phase != "Failed":  # deleted while pending or running: it ends Failed, and counts
         reason = "Disrupted" if disruption(pod) else "PodDeleted"
         message = f"pod {name} was deleted before it ended"
+    if (job.get("spec") or {}).get("suspend"):
+        # Stopped by its Job's suspension (Kueue evicting the step): the job controller
+        # does not count such a pod failed (kueue-preempted.json), so no retry is spent.
+        action, message = "Ignore", f"{message}, stopped as its Job was suspended"
     return StepEvent(time=when, pod=name, reason=reason, message=message, action=action)
 
 

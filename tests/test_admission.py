@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k8sjobs.admission import Admission, Stage, admission, job_uid, judge
+from k8sjobs.events import pod_event
 from k8sjobs.handle import StepHandle
 from k8sjobs.state import StepResult, StepState
 from k8sjobs.status import judge as judge_job
@@ -193,3 +194,27 @@ def test_a_pending_timeout_in_a_queue_says_what_kueue_said() -> None:
         "not started within pending_timeout (10 s); it waited: Misconfigured: "
         "LocalQueue no-such-queue doesn't exist"
     )
+
+
+def test_a_pod_stopped_by_its_jobs_suspension_spends_no_retry() -> None:
+    """kueue-preempted.json: low's pod is deleted (exit 143) once Kueue re-suspends its Job."""
+    data = json.loads((REFERENCE / "kueue-preempted.json").read_text())
+    suspended = next(
+        e["object"]
+        for e in data["job_watch_events"]
+        if e["object"]["metadata"]["name"] == "low"
+        and e["object"]["spec"].get("suspend")
+        and e["object"].get("status", {}).get("startTime") is None
+        and any(c["type"] == "Suspended" for c in e["object"]["status"].get("conditions", ()))
+    )
+    stopped = next(
+        e["object"]
+        for e in data["pod_watch_events"]
+        if e["type"] == "DELETED" and e["object"]["metadata"]["name"].startswith("low-")
+    )
+    event = pod_event(suspended, stopped, deleted=True)
+    assert event is not None and event.action == "Ignore"
+    assert event.message.endswith("stopped as its Job was suspended")
+    running = {**suspended, "spec": {**suspended["spec"], "suspend": False}}
+    counted = pod_event(running, stopped, deleted=True)
+    assert counted is not None and counted.action != "Ignore"

@@ -153,6 +153,8 @@ async def test_a_queued_step_says_kueues_words_through_preemption_to_success(
     assert result.state is StepState.SUCCEEDED and result.evictions == 1
     (eviction,) = [e for e in handle.events if e.reason == "Preempted"]
     assert PREEMPTED in eviction.message and eviction.action == "Ignore"
+    # Its pod, stopped by the suspension (exit 143), spent no retry.
+    assert [e.action for e in handle.events if e.action != "Ignore"] == []
     # One discovery, one Workload watch for the namespace, no read of any Workload.
     assert cluster.requests.count("get", "workloads") == 0
     assert cluster.requests.count("list", "workloads") == 1
