@@ -204,7 +204,7 @@ class Session:
         finally:
             self._pace.release()
             if self.observer is not None:
-                self.observer.close()
+                await self.observer.aclose()
 
     async def submit(
         self,

@@ -4,8 +4,10 @@ cluster (its Jobs' uids and pods' nodes are the objects')."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -274,3 +276,55 @@ def test_escaped_values_stay_one_field(value: str) -> None:
     escaped = escape(value)
     assert "\t" not in escaped and "\n" not in escaped and "\r" not in escaped
     assert all(ord(c) >= 0x20 for c in escaped)
+
+
+def local_session(tmp_path: Path, **options: Any) -> Session:
+    backend = LocalBackend(state_dir=tmp_path / "state")
+    return Session(study="h", backend=backend, store=f"oci:{tmp_path / 's'}", **options)
+
+
+async def test_a_shut_down_provider_or_a_failing_exporter_never_fails_the_run(
+    tmp_path: Path,
+) -> None:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Refusing(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            raise ConnectionError("the collector hung up")
+
+    closed = TracerProvider()
+    closed.shutdown()
+    refusing = TracerProvider()
+    refusing.add_span_processor(SimpleSpanProcessor(Refusing()))
+    for provider in (closed, refusing):
+        async with local_session(tmp_path, tracer_provider=provider) as s:
+            a = await s.submit(Step(name="a", script="true"))
+            assert (await s.gather(a, timeout=120))[0].ok
+
+
+async def test_an_unreachable_collector_does_not_hold_the_event_loop_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    session = local_session(tmp_path)
+    async with session as s:
+        assert s.observer is not None
+        assert [type(r).__name__ for r in s.observer.recorders] == ["StepTracer"]
+        await s.gather(await s.submit(Step(name="a", script="true")), timeout=120)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.create_task(tick())
+    ticker.cancel()
+    # The export's retries ran in a thread: the loop went on meanwhile.
+    assert ticks > 1

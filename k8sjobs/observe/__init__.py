@@ -93,12 +93,12 @@ def _tracer(provider: Any, study: str, backend: str) -> Recorder:
         if provider is not None:
             raise
         return _off("traces", f"install k8sjobs[otel] ({exc})")
-    if provider is None:
-        try:
-            provider = env_tracer_provider()
-        except Exception as exc:  # the SDK's refusal of a bad OTEL_* value
-            return _off("traces", str(exc))
-    return StepTracer(provider, study, backend)
+    if provider is not None:
+        return StepTracer(provider, study, backend)
+    try:
+        return StepTracer(env_tracer_provider(), study, backend, owned=True)
+    except Exception as exc:  # the SDK's refusal of a bad OTEL_* value
+        return _off("traces", str(exc))
 
 
 def _metrics(
@@ -115,7 +115,9 @@ def _metrics(
         try:
             from .otel import OtelSink, env_meter_provider
 
-            sinks.append(OtelSink(provider or env_meter_provider(), step_metrics))
+            owned = provider is None
+            made = env_meter_provider() if owned else provider
+            sinks.append(OtelSink(made, step_metrics, owned=owned))
         except ImportError as exc:
             if provider is not None:
                 raise
@@ -123,7 +125,12 @@ def _metrics(
         except Exception as exc:
             _log.warning("k8sjobs: OTel metrics are off: %s", exc)
     if port is not None:
-        sinks.append(PrometheusSink(step_metrics, port))
+        try:
+            sinks.append(PrometheusSink(step_metrics, port))
+        except ImportError as exc:
+            raise ValueError(
+                f"metrics_port={port} needs prometheus-client: pip install 'k8sjobs[otel]' ({exc})"
+            ) from None
     step_metrics.sinks = sinks
     return step_metrics
 

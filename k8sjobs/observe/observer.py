@@ -9,6 +9,7 @@ watches a run never stops the run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["Observer", "Recorder", "Track"]
 
 _log = logging.getLogger("k8sjobs.observe")
+
+#: Seconds a closing session waits for its recorders to flush (an exporter's last batch).
+CLOSE_TIMEOUT = 15.0
 
 
 @dataclass
@@ -115,6 +119,23 @@ class Observer:
         track = self._tracks.get(id(handle))
         if track is not None and key:
             track.key = key
+
+    async def aclose(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Close every recorder in a worker thread, waiting at most ``timeout`` seconds.
+
+        An exporter flushes what it holds on close, over the network: an unreachable
+        collector would hold the event loop for its retries, so the thread is left to finish
+        (or give up by its own timeout) and the session closes on time, saying so.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.to_thread(self.close)
+        except TimeoutError:
+            _log.warning(
+                "k8sjobs: the traces and metrics were not flushed within %gs (the collector "
+                "is slow or unreachable); what was not sent is lost",
+                timeout,
+            )
 
     def close(self) -> None:
         """Close every recorder (steps still going are left as they are)."""

@@ -84,8 +84,12 @@ def env_meter_provider() -> metrics.MeterProvider:
 class StepTracer:
     """A recorder making the session's trace (see the module's docstring)."""
 
-    def __init__(self, provider: trace.TracerProvider, study: str, backend: str) -> None:
+    def __init__(
+        self, provider: trace.TracerProvider, study: str, backend: str, *, owned: bool = False
+    ) -> None:
         self.provider = provider
+        #: Made from the OTEL_* variables for this session: shut down when it closes.
+        self.owned = owned
         self.tracer = provider.get_tracer(_SCOPE)
         self.study = study
         # The caller's current span (if any) is the session's parent.
@@ -186,11 +190,9 @@ class StepTracer:
         spans.step.end(end_time=end)
 
     def close(self) -> None:
-        """End the session's span and flush what an SDK provider holds."""
+        """End the session's span and flush what an SDK provider holds (ours: shut it down)."""
         self.root.end()
-        flush = getattr(self.provider, "force_flush", None)
-        if callable(flush):
-            flush()
+        _flush(self.provider, self.owned)
 
     def _child(self, parent: trace.Span, name: str, start: int | None) -> trace.Span:
         return self.tracer.start_span(
@@ -261,9 +263,12 @@ _RESULTS = {
 class OtelSink:
     """Hands the step metrics to the OpenTelemetry metrics API (OTel names: dots, units)."""
 
-    def __init__(self, provider: metrics.MeterProvider, step_metrics: StepMetrics) -> None:
+    def __init__(
+        self, provider: metrics.MeterProvider, step_metrics: StepMetrics, *, owned: bool = False
+    ) -> None:
         meter = provider.get_meter(_SCOPE)
         self.provider = provider
+        self.owned = owned
         self._counters = {
             name: meter.create_counter(_otel_name(name), unit=_unit(name), description=doc)
             for name, (doc, _) in COUNTERS.items()
@@ -297,10 +302,23 @@ class OtelSink:
         self._histograms[name].record(value, dict(labels))
 
     def close(self) -> None:
-        """Flush what an SDK provider holds."""
-        flush = getattr(self.provider, "force_flush", None)
-        if callable(flush):
-            flush()
+        """Flush what an SDK provider holds (ours: shut it down)."""
+        _flush(self.provider, self.owned)
+
+
+#: Milliseconds a flush may take (the SDK's own bound; the session waits in a thread).
+FLUSH_MILLIS = 10_000
+
+
+def _flush(provider: object, owned: bool) -> None:
+    """Flush ``provider`` (an SDK one; the API's no-op has nothing), shut it down if ours."""
+    shutdown = getattr(provider, "shutdown", None)
+    if owned and callable(shutdown):
+        shutdown()
+        return
+    flush = getattr(provider, "force_flush", None)
+    if callable(flush):
+        flush(FLUSH_MILLIS)
 
 
 def _otel_name(name: str) -> str:
