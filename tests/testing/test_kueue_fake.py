@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from k8sjobs.testing import FakeCluster
 
-from .conftest import call
+from ..render.test_minicluster import crd as flux_operator_crd
+from .conftest import call, wait_until
+from .crdhelpers import define, minicluster
 
 REFERENCE = Path(os.environ.get("K8S_REFERENCE", "/work/shared/k8s-reference"))
 DISCOVERY = REFERENCE / "jobset-kueue-discovery.json"
@@ -55,3 +58,82 @@ async def test_without_kueue_there_is_no_group_and_no_webhook(
         url = f"{fake.url}/apis/batch/v1/namespaces/default/jobs"
         status, created = await call(http, "POST", url, JOB)
         assert status == 201 and created["spec"]["suspend"] is False
+
+
+async def test_kueue_admits_a_minicluster_through_its_job_labels(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """The Flux Operator's Indexed Job carries `spec.jobLabels`: Kueue queues it as one
+    Workload of `size` pods, suspended until admitted, then unsuspended with the flavor's
+    nodeSelector; a second MiniCluster over the quota waits with Kueue's reason."""
+    async with FakeCluster(directory=tmp_path, kueue=True) as fake:
+        await define(http, fake, flux_operator_crd())  # the published CRD: jobLabels kept
+        await make_queues(http, fake, cpu="2")
+        labels = {"kueue.x-k8s.io/queue-name": "lq"}
+        resources = {"requests": {"cpu": "1"}}
+        for name in ("first", "second"):
+            body = minicluster(name, size=2, jobLabels=labels)
+            body["spec"]["containers"][0]["resources"] = resources
+            url = f"{fake.url}/apis/flux-framework.org/v1alpha2/namespaces/default/miniclusters"
+            status, _ = await call(http, "POST", url, body)
+            assert status == 201
+            await wait_until(lambda n=name: fake.get("jobs", n) is not None, f"the Job {name}")
+
+        def workload(job: str) -> dict[str, Any]:
+            found = [
+                w
+                for w in fake.objects("workloads")
+                if w["metadata"]["name"].startswith(f"job-{job}-")
+            ]
+            return found[0] if found else {}
+
+        await wait_until(lambda: reason(workload("second")) == "WaitingForQuota", "second waits")
+        first, second = workload("first"), workload("second")
+        assert first["spec"]["podSets"][0]["count"] == 2
+        assert reason(first) == "QuotaReserved"
+        assert second["status"]["conditions"][0]["message"] == (
+            "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
+            "flavor default, 2 more needed"
+        )
+        job = fake.get("jobs", "first") or {}
+        assert job["spec"]["suspend"] is False
+        assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+        assert (fake.get("jobs", "second") or {})["spec"]["suspend"] is True
+
+
+def reason(workload: dict[str, Any]) -> str | None:
+    for condition in (workload.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "QuotaReserved":
+            return str(condition["reason"])
+    return None
+
+
+async def make_queues(http: aiohttp.ClientSession, fake: FakeCluster, cpu: str) -> None:
+    """Create the recorded setup: flavor `default` (linux nodes), ClusterQueue cq, LocalQueue lq."""
+    base = f"{fake.url}/apis/kueue.x-k8s.io/v1beta2"
+    flavor = {
+        "metadata": {"name": "default"},
+        "spec": {"nodeLabels": {"kubernetes.io/os": "linux"}},
+    }
+    resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": "2Gi"}]
+    queue = {
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [{"name": "default", "resources": resources}],
+                }
+            ]
+        },
+    }
+    local = {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}
+    for url, body, kind in (
+        (f"{base}/resourceflavors", flavor, "ResourceFlavor"),
+        (f"{base}/clusterqueues", queue, "ClusterQueue"),
+        (f"{base}/namespaces/default/localqueues", local, "LocalQueue"),
+    ):
+        status, created = await call(
+            http, "POST", url, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, **body}
+        )
+        assert status == 201, created
