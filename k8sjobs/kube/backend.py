@@ -6,7 +6,10 @@ watch already knows. A Job left without its ConfigMap by a driver that died in b
 finished by the next submission of the step, and reported by ``attach`` (``unwritten``).
 
 Handles are fed by one ``StudyWatch`` per namespace and study: a Job informer and a Pod
-informer whose changes reach the right handle by dict lookup on the Job name.
+informer whose changes reach the right handle by dict lookup on the Job name. A study with a
+``target: jobset`` step there gets a JobSet informer too (started by its first such step):
+a child Job or pod reaches its JobSet's handle by the ``jobset.sigs.k8s.io/jobset-name``
+label, and the step is judged by ``jobsetstatus.judge_jobset``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, ClusterUnreachable, NotFound, ServerUnavailable
 from ..events import pod_event, warning_event
 from ..handle import StepHandle
+from ..jobsetstatus import jobset_of, judge_jobset, restart_event
 from ..observe.native import Native, native
+from ..render.jobset import LAUNCHER, WORKERS
 from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
     ANNOTATION_OUTPUTS,
@@ -46,6 +51,7 @@ from .client import (
     CONFIGMAPS,
     EVENTS,
     JOBS,
+    JOBSETS,
     MINICLUSTERS,
     POD_LOGS,
     PODS,
@@ -57,7 +63,7 @@ from .config import ClusterConfig, kubeconfig_path, load_config
 from .create import create_step, ended, top_kind
 from .logkeep import LogKeeper, file_name
 from .reach import ApiHealth, probe
-from .watch import Change, Informer, WatchStats, slim_event
+from .watch import Change, Informer, WatchStats, slim_event, slim_jobset
 from .workloads import WorkloadWatch, kueue_served
 
 __all__ = ["KubernetesBackend"]
@@ -154,11 +160,16 @@ class StudyWatch:
         self.events = events
         events.studies.append(self)
         selector = f"{LABEL_STUDY}={study_label}"
+        self._study_label = study_label
         client = backend.client
         policy = backend.watch_policy()
         self.jobs = Informer(client, JOBS, namespace, selector, self._job_changed, **policy)
         self.pods = Informer(client, PODS, namespace, selector, self._pod_changed, **policy)
         self.handles: dict[str, StepHandle] = {}
+        # Started by the first target: jobset step here (``ensure_jobsets``); child Job ->
+        # its JobSet.
+        self.jobsets: Informer | None = None
+        self.jobset_of_job: dict[str, str] = {}
         self.pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         # Pod name -> its Job: a DELETED pod is found at once, not by scanning every Job.
         self._job_of_pod: dict[str, str] = {}
@@ -180,19 +191,65 @@ class StudyWatch:
             asyncio.create_task(self.pods.run(), name=f"k8sjobs-watch-pods-{namespace}"),
         ]
 
+    def ensure_jobsets(self) -> None:
+        """Start the JobSet informer of this namespace and study, once (``synced`` waits)."""
+        if self.jobsets is not None:
+            return
+        selector = f"{LABEL_STUDY}={self._study_label}"
+        policy = self.backend.watch_policy()
+        self.jobsets = Informer(
+            self.backend.client,
+            JOBSETS,
+            self.namespace,
+            selector,
+            self._jobset_changed,
+            slimmer=slim_jobset,
+            **policy,
+        )
+        name = f"k8sjobs-watch-jobsets-{self.namespace}"
+        self._tasks.append(asyncio.create_task(self.jobsets.run(), name=name))
+
+    def top(self, name: str) -> dict[str, Any] | None:
+        """Return the step's top object as last seen: its JobSet, else its Job."""
+        if self.jobsets is not None and name in self.jobsets.cache.objects:
+            found: dict[str, Any] = self.jobsets.cache.objects[name]
+            return found
+        return self.jobs.cache.objects.get(name)
+
+    def step_object(self, job: str) -> str:
+        """Return the name of the step's top object a (child) Job belongs to."""
+        return self.jobset_of_job.get(job, job)
+
+    def step_pods(self, name: str) -> dict[str, dict[str, Any]]:
+        """Return the pods of the step ``name`` (every child Job's, for a JobSet)."""
+        if self.jobsets is None or name not in self.jobsets.cache.objects:
+            return self.pods_by_job.get(name, {})
+        found: dict[str, dict[str, Any]] = {}
+        for job, owner in self.jobset_of_job.items():
+            if owner == name:
+                found.update(self.pods_by_job.get(job, {}))
+        return found
+
     async def synced(self) -> None:
         """Return once both informers have listed, so the caches hold what exists.
 
         Raises the error of an informer that gave up (a 403 on the first list, say).
         """
+        jobsets = [] if self.jobsets is None else [self.jobsets.synced]
         if (
             self.jobs.synced.is_set()
             and self.pods.synced.is_set()
             and self.events.informer.synced.is_set()
+            and all(s.is_set() for s in jobsets)
         ):
             return
         both: asyncio.Future[Any] = asyncio.ensure_future(
-            asyncio.gather(self.jobs.synced.wait(), self.pods.synced.wait(), self.events.synced())
+            asyncio.gather(
+                self.jobs.synced.wait(),
+                self.pods.synced.wait(),
+                self.events.synced(),
+                *(s.wait() for s in jobsets),
+            )
         )
         try:
             pending: list[asyncio.Future[Any]] = [both, *self._tasks]
@@ -234,7 +291,7 @@ class StudyWatch:
             said = warning_event(warning)  # why it waited, while the server keeps the Events
             if said is not None:
                 handle.add_event(said)
-        if job is not None:
+        if job is not None or self.top(handle.object_name) is not None:
             self.refresh(handle.object_name)
 
     def _job_changed(self, change: Change) -> None:
@@ -242,6 +299,11 @@ class StudyWatch:
         if change.obj is not None and change.obj["metadata"].get("uid"):
             uid = str(change.obj["metadata"]["uid"])
             self._by_uid[uid], self._uid_of[change.name] = change.name, uid
+        owner = jobset_of(change.obj) if change.obj is not None else None
+        owner = owner or self.jobset_of_job.get(change.name)
+        if owner is not None:  # a JobSet's child: recreated on restarts, deleted on success
+            self._child_changed(change, owner)
+            return
         if change.obj is None:
             for pod in self.pods_by_job.pop(change.name, {}):
                 self._job_of_pod.pop(pod, None)
@@ -261,6 +323,30 @@ class StudyWatch:
         name = self._by_uid.get(uid)
         if name is not None:
             self.refresh(name)
+
+    def _child_changed(self, change: Change, owner: str) -> None:
+        if change.obj is None:
+            self.jobset_of_job.pop(change.name, None)
+            for pod in self.pods_by_job.pop(change.name, {}):
+                self._job_of_pod.pop(pod, None)
+            self.gone_by_job.pop(change.name, None)
+        else:
+            self.jobset_of_job[change.name] = owner
+            if self.jobsets is None:  # found by attach: a jobset step exists here
+                self.ensure_jobsets()
+        self.refresh(owner)
+
+    def _jobset_changed(self, change: Change) -> None:
+        if change.obj is not None:
+            self.refresh(change.name)
+            return
+        self._found.discard(change.name)
+        held = self._held.pop(change.name, None)
+        if held is not None:
+            held.cancel()
+        if change.name in self.gone:
+            self.gone[change.name].set()
+        self.backend._vanished(self, change.name)
 
     def _pod_changed(self, change: Change) -> None:
         job = self._job_of(change)
@@ -288,7 +374,7 @@ class StudyWatch:
 
     def _note_event(self, job: str, change: Change) -> None:
         """Record a failed or deleted pod in its step's events (once per pod)."""
-        handle = self.handles.get(job)
+        handle = self.handles.get(self.step_object(job))
         job_obj = self.jobs.cache.objects.get(job)
         pod = change.obj or self.gone_by_job.get(job, {}).get(change.name)
         if handle is None or job_obj is None or pod is None:
@@ -310,6 +396,10 @@ class StudyWatch:
 
     def refresh(self, job_name: str) -> None:
         """Judge one Job from the caches and pass the verdict to its handle."""
+        job_name = self.step_object(job_name)
+        if self.jobsets is not None and job_name in self.jobsets.cache.objects:
+            self._refresh_jobset(job_name)
+            return
         handle = self.handles.get(job_name)
         job = self.jobs.cache.objects.get(job_name)
         if handle is None or job is None or handle.done:
@@ -362,6 +452,48 @@ class StudyWatch:
             )
             if due is not None:
                 self._arm_timer(job_name, due)
+
+    def _refresh_jobset(self, name: str) -> None:
+        """Judge one JobSet from the caches (its child Jobs and their pods) for its handle."""
+        assert self.jobsets is not None
+        handle = self.handles.get(name)
+        jobset = self.jobsets.cache.objects.get(name)
+        if handle is None or jobset is None or handle.done:
+            return
+        children = [n for n, owner in self.jobset_of_job.items() if owner == name]
+        jobs = [self.jobs.cache.objects[n] for n in children if n in self.jobs.cache.objects]
+        pods = {n: list(self.pods_by_job.get(n, {}).values()) for n in children}
+        gone = {n: list(self.gone_by_job.get(n, {}).values()) for n in children}
+        shown = [p for n in children for p in self.pods_by_job.get(n, {})]
+        warnings = [w for n in [name, *children] for w in self.events.about(n, ())]
+        warnings += self.events.about("", shown)
+        restarted = restart_event(jobset)
+        if restarted is not None and handle.add_event(restarted):
+            log.info('Step "%s": %s', handle.name, restarted.describe())
+        result = judge_jobset(
+            jobset,
+            jobs,
+            pods,
+            now=datetime.now(UTC),
+            pending_grace=self.backend.pending_grace,
+            gone=gone,
+            warnings=warnings,
+            pending_timeout=self.backend.pending_timeout,
+        )
+        if result.name != handle.name or result.log_file != handle.result.log_file:
+            result = result.evolve(name=handle.name, log_file=handle.result.log_file)
+        if not result.state.terminal:
+            handle.report(result)
+            return
+        every = [p for n in children for p in pods[n]]
+        unseen = sum(unseen_pods(j, pods[str(j["metadata"]["name"])]) for j in jobs)
+        ended = result.finished_at if name in self._found else None
+        if unseen and self._hold(name, ended):
+            return  # the pod watch's event re-judges it: the exit code is on the pod
+        held = self._held.pop(name, None)
+        if held is not None:
+            held.cancel()
+        self.backend._finish(self, handle, jobset, every, result)
 
     def settling(self, job_name: str) -> bool:
         """Return whether a terminal verdict of ``job_name`` waits for its pods' ends."""
@@ -489,6 +621,9 @@ class KubernetesBackend:
         self._workload_watches: dict[str, WorkloadWatch] = {}
         # (namespace, name) of the steps this driver sent as Flux Operator MiniClusters.
         self._miniclusters: set[tuple[str, str]] = set()
+        self._jobsets: set[tuple[str, str]] = set()
+        # Whether the cluster serves jobset.x-k8s.io/v1alpha2 (None: not asked yet).
+        self._jobset_api: bool | None = None
         self._watch_lock = asyncio.Lock()
         self._cancelled: set[tuple[str, str]] = set()
         self._replacing: set[tuple[str, str]] = set()
@@ -598,6 +733,8 @@ class KubernetesBackend:
 
         ``rerun`` runs an ended Job of the same spec again instead of adopting it.
         """
+        if top_kind(manifests.job) is JOBSETS:
+            await self._check_jobset_api(handle)  # before anything is written
         watch = await self._watch(handle.namespace, handle.study)
         if _queued(manifests.job):
             await self._follow_queue(handle.namespace)
@@ -605,7 +742,11 @@ class KubernetesBackend:
         key = (manifests.namespace, name)
         if top_kind(manifests.job) is MINICLUSTERS:
             self._miniclusters.add(key)
-        current = watch.jobs.cache.objects.get(name)
+        if top_kind(manifests.job) is JOBSETS:
+            self._jobsets.add(key)
+            watch.ensure_jobsets()
+            await watch.synced()
+        current = watch.top(name)
         if replace or current is not None:
             # A deletion of the old Job is ours: it must not read as a LOST step.
             self._replacing.add(key)
@@ -616,11 +757,11 @@ class KubernetesBackend:
                     handle.adopted = await create_step(
                         self.client,
                         manifests,
-                        current=watch.jobs.cache.objects.get(name),
+                        current=watch.top(name),
                         replace=replace,
                         gone=lambda: self._wait_gone(watch, name),
                         rerun=ended if rerun else _keep,
-                        written=lambda job: _mounted(watch.pods_by_job.get(name, {}).values()),
+                        written=lambda job: _mounted(watch.step_pods(name).values()),
                     )
                     break
                 except ServerUnavailable as exc:
@@ -633,9 +774,31 @@ class KubernetesBackend:
             self._replacing.discard(key)
         watch.track(handle)
 
+    async def _check_jobset_api(self, handle: StepHandle) -> None:
+        """Refuse a ``target: jobset`` step on a cluster that serves no JobSet API.
+
+        Asked once per backend (one discovery GET); a refusal names the API group and the
+        fix, before any object of the step is written.
+        """
+        if self._jobset_api is None:
+            try:
+                path, what = JOBSETS.prefix, f"discover {JOBSETS.prefix}"
+                await self.client.request("GET", path, what=what, kind=JOBSETS, verb="get")
+                self._jobset_api = True
+            except NotFound:
+                self._jobset_api = False
+        if not self._jobset_api:
+            where = f" ({self._where()})" if self._where() else ""
+            raise ValueError(
+                f'Step "{handle.name}" has target: jobset, but the cluster{where} '
+                f"serves no {JOBSETS.prefix.removeprefix('/apis/')} API (JobSet is not "
+                "installed): install JobSet (https://jobset.sigs.k8s.io/docs/installation/), "
+                "or use target: job (the same launcher and workers as one Indexed Job)"
+            )
+
     async def _wait_gone(self, watch: StudyWatch, name: str) -> None:
         """Return once the watch has seen the Job ``name`` deleted (or never knew it)."""
-        if name not in watch.jobs.cache.objects:
+        if watch.top(name) is None:
             return
         gone = watch.gone.setdefault(name, asyncio.Event())
         # Set by an earlier deletion of this name, before the Job was made again.
@@ -648,8 +811,10 @@ class KubernetesBackend:
         """Return what to delete to end ``handle``'s step: its Job, or its MiniCluster."""
         if (handle.namespace, handle.object_name) in self._miniclusters:
             return MINICLUSTERS  # sent by this driver: known before the watch sees its Job
+        if (handle.namespace, handle.object_name) in self._jobsets:
+            return JOBSETS
         watch = await self._watch(handle.namespace, handle.study)
-        return top_kind(watch.jobs.cache.objects.get(handle.object_name) or {})
+        return top_kind(watch.top(handle.object_name) or {})
 
     async def _delete(self, kind: Kind, namespace: str, name: str, propagation: str) -> None:
         with contextlib.suppress(NotFound):
@@ -667,8 +832,13 @@ class KubernetesBackend:
         watch = await self._watch(namespace, study)
         if any(_queued(job) for job in watch.jobs.cache.objects.values()):
             await self._follow_queue(namespace)
+        if watch.jobsets is not None:  # a child Job seen: its JobSet's list comes too
+            await watch.synced()
+        tops = [(n, j) for n, j in watch.jobs.cache.objects.items() if jobset_of(j) is None]
+        if watch.jobsets is not None:
+            tops += list(watch.jobsets.cache.objects.items())
         handles, settling = [], []
-        for name, job in list(watch.jobs.cache.objects.items()):
+        for name, job in tops:
             existing = watch.handles.get(name)
             if existing is not None:
                 handles.append(existing)
@@ -694,7 +864,7 @@ class KubernetesBackend:
         found = await self.client.list_all(CONFIGMAPS, watch.namespace, selector)
         have = {item["metadata"]["name"] for item in found["items"]}
         for name, job in watch.jobs.cache.objects.items():
-            if name in have or ended(job) or name in self.unwritten:
+            if name in have or ended(job) or name in self.unwritten or jobset_of(job):
                 continue
             step = (job["metadata"].get("annotations") or {}).get(ANNOTATION_STEP, name)
             log.warning(
@@ -706,7 +876,7 @@ class KubernetesBackend:
             self.unwritten.append(name)
         for item in found["items"]:
             meta = item["metadata"]
-            if not meta.get("ownerReferences") and meta["name"] not in watch.jobs.cache.objects:
+            if not meta.get("ownerReferences") and watch.top(meta["name"]) is None:
                 step = (meta.get("annotations") or {}).get(ANNOTATION_STEP, meta["name"])
                 log.warning(
                     'Step "%s": ConfigMap "%s" has no Job (a driver stopped between creating '
@@ -736,7 +906,7 @@ class KubernetesBackend:
 
     def _pod_seen(self, watch: StudyWatch, job: str, change: Change) -> None:
         """Start keeping the step container's log of a pod that runs (see logkeep.py)."""
-        handle = watch.handles.get(job)
+        handle = watch.handles.get(watch.step_object(job))
         pod = change.obj
         if handle is None or pod is None or (pod.get("status") or {}).get("phase") != "Running":
             return
@@ -847,7 +1017,7 @@ class KubernetesBackend:
 
     def _job_of(self, handle: StepHandle) -> dict[str, Any] | None:
         watch = self._watches.get((handle.namespace, label_value(handle.study)))
-        return None if watch is None else watch.jobs.cache.objects.get(handle.object_name)
+        return None if watch is None else watch.top(handle.object_name)
 
     def native_of(self, handle: StepHandle) -> Native:
         """Return the step's Job uid, pod and node as the watch last saw them (observers')."""
@@ -921,7 +1091,11 @@ class KubernetesBackend:
             else {}
         )
         # Pods deleted before this process saw them (an evicted pod, a walltime) come first.
-        pods = _of_index([p for p in kept if p not in live] + live, handle, container, index)
+        pods = [p for p in kept if p not in live] + live
+        if top_kind(self._job_of(handle) or {}) is JOBSETS:
+            pods = _of_jobset_index(pods, handle, container, index)
+        else:
+            pods = _of_index(pods, handle, container, index)
         container = chosen
         texts = []
         for pod in pods:
@@ -954,7 +1128,7 @@ class KubernetesBackend:
 
     async def _pod_names(self, handle: StepHandle) -> list[str]:
         watch = await self._watch(handle.namespace, handle.study)
-        pods = watch.pods_by_job.get(handle.object_name, {})
+        pods = watch.step_pods(handle.object_name)
         ordered = sorted(pods.values(), key=lambda p: p["metadata"].get("creationTimestamp", ""))
         return [_name(p) for p in ordered] or list(handle.result.pods)
 
@@ -1067,6 +1241,27 @@ def _of_index(
     if index is None:
         return chosen or pods  # not an indexed step: every pod, as before
     if not chosen and pods:
+        raise ValueError(f'Step "{handle.name}" has no pod of index {index}')
+    return chosen
+
+
+def _of_jobset_index(
+    pods: list[str], handle: StepHandle, container: str | None, index: int | None
+) -> list[str]:
+    """Return the pods whose log ``logs`` reads of a JobSet step: the launcher's by default
+    (rank host 0), ``index`` i the i-th host of its hostfile (a worker's pod)."""
+    if index is None and container is not None:
+        return pods
+    name = handle.object_name
+    launcher = [p for p in pods if p.startswith(f"{name}-{LAUNCHER}-0-0-")]
+    if launcher:  # launch: ssh, or one node: the launcher is host 0, then the workers
+        if not index:
+            return launcher
+        wanted = f"{name}-{WORKERS}-0-{index - 1}-"
+    else:  # launch: none (or no launcher yet): the workers' indexes are the step's
+        wanted = f"{name}-{WORKERS}-0-{index or 0}-"
+    chosen = [p for p in pods if p.startswith(wanted)]
+    if not chosen and pods and index:
         raise ValueError(f'Step "{handle.name}" has no pod of index {index}')
     return chosen
 

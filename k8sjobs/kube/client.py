@@ -77,6 +77,8 @@ EVENTS = Kind("/api/v1", "events")
 MINICLUSTERS = Kind("/apis/flux-framework.org/v1alpha2", "miniclusters")
 #: Kueue's Workload: one per queued Job, owned by it (k8sjobs.admission).
 WORKLOADS = Kind("/apis/kueue.x-k8s.io/v1beta2", "workloads")
+#: A JobSet (a step with ``target: jobset``; k8sjobs.render.jobset).
+JOBSETS = Kind("/apis/jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Create one step's objects from its ``Manifests``: the two-writes rule, in one place.
 
-Order: the Job (or MiniCluster), then the Service, Secret and ConfigMap, each created
+Order: the Job (or MiniCluster, or JobSet), then the Service, Secret and ConfigMap, each created
 already carrying an ownerReference to the Job's uid (from the create's answer), so deleting
 the Job deletes them all and nothing is patched. A fresh single-node step costs two writes.
 Until its ConfigMap exists a pod waits ContainerCreating (the kubelet retries the mount);
@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import AlreadyExists, Conflict, NotFound, SpecMismatch
 from ..render.manifests import ANNOTATION_STEP, LABEL_HASH, Manifests
-from .client import CONFIGMAPS, JOBS, MINICLUSTERS, SECRETS, SERVICES, Kind, KubeClient
+from .client import CONFIGMAPS, JOBS, JOBSETS, MINICLUSTERS, SECRETS, SERVICES, Kind, KubeClient
 
 __all__ = ["EXTRA_KINDS", "create_step", "deleting", "ended", "extras", "spec_hash", "top_kind"]
 
@@ -43,7 +43,8 @@ def spec_hash(obj: Obj) -> str:
 
 
 def top_kind(obj: Obj) -> Kind:
-    """Return the resource that owns a step: its MiniCluster (Flux Operator step), else its Job.
+    """Return the resource that owns a step: its MiniCluster (Flux Operator step) or JobSet
+    (``target: jobset``), else its Job.
 
     ``obj`` is the step's rendered top object or the Job seen on the cluster: the Flux
     Operator's Job has its MiniCluster as controlling owner. Deleting that Job alone would
@@ -51,6 +52,8 @@ def top_kind(obj: Obj) -> Kind:
     """
     if obj.get("kind") == "MiniCluster":
         return MINICLUSTERS
+    if obj.get("kind") == "JobSet":
+        return JOBSETS
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         # A watch's slim copy keeps an owner's kind and name only.
         group = str(ref.get("apiVersion") or "flux-framework.org/").split("/")[0]
@@ -65,8 +68,9 @@ def deleting(obj: Obj) -> bool:
 
 
 def ended(job: Obj) -> bool:
-    """Return whether the Job's outcome is decided (FailureTarget comes before Failed)."""
-    decided = ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget")
+    """Return whether the Job's outcome is decided (FailureTarget comes before Failed); a
+    JobSet's says Completed."""
+    decided = ("Complete", "Completed", "SuccessCriteriaMet", "Failed", "FailureTarget")
     for cond in (job.get("status") or {}).get("conditions") or ():
         if cond.get("type") in decided and cond.get("status") == "True":
             return True

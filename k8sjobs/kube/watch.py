@@ -43,6 +43,7 @@ __all__ = [
     "events",
     "slim",
     "slim_event",
+    "slim_jobset",
     "wait_deleted",
 ]
 
@@ -100,6 +101,11 @@ _KEEP_LABELS = (
     "batch.kubernetes.io/job-name",
     "job-name",
     "batch.kubernetes.io/job-completion-index",
+    # A JobSet's child Jobs and pods: whose they are, of which attempt (k8sjobs.jobsetstatus).
+    "jobset.sigs.k8s.io/jobset-name",
+    "jobset.sigs.k8s.io/replicatedjob-name",
+    "jobset.sigs.k8s.io/restart-attempt",
+    "jobset.sigs.k8s.io/global-replicas",
 )
 _KEEP_ANNOTATIONS = (
     "k8sjobs.io/step-name",
@@ -211,6 +217,17 @@ def slim(obj: Mapping[str, Any]) -> Obj:
         "spec": kept_spec,
         "status": _compact(obj.get("status") or {}),
     }
+
+
+def slim_jobset(obj: Mapping[str, Any]) -> Obj:
+    """Return the parts of a JobSet that k8sjobs reads: ``slim``'s, its kind (what deletes
+    the step) and the bound of its restarts."""
+    kept = slim(obj)
+    kept["kind"] = obj.get("kind", "JobSet")
+    policy = (obj.get("spec") or {}).get("failurePolicy") or {}
+    if "maxRestarts" in policy:
+        kept["spec"]["failurePolicy"] = {"maxRestarts": policy["maxRestarts"]}
+    return kept
 
 
 _EVENT_FIELDS = (
