@@ -25,9 +25,10 @@ the whole set at most ``retries`` times (``maxRestarts``), except a Job failed b
 or by its walltime (``DeadlineExceeded``), which fails the set at once (``FailJobSet``).
 The walltime is each child Job's ``activeDeadlineSeconds``: a restart's Jobs start anew.
 
-Names: the controller names the child Jobs ``<js>-<rj>-<i>`` and the pods' hostnames
-``<js>-<rj>-<i>-<j>``, which must stay DNS labels (63 characters; JobSet issues 132 and
-302). ``object_name`` shortens a step's name with a hash where those would not fit.
+Names: the controller names the child Jobs ``<js>-<rj>-<i>``, the pods
+``<js>-<rj>-<i>-<j>-<5 random>`` and their hostnames ``<js>-<rj>-<i>-<j>``, which must stay
+DNS labels (63 characters; JobSet issues 132 and 302; the webhook checks the pod name).
+``object_name`` shortens a step's name with a hash where those would not fit.
 """
 
 from __future__ import annotations
@@ -62,17 +63,22 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 #: Why a child Job failed, as the job controller says it, for which the set fails at once.
 FAIL_AT_ONCE = ("PodFailurePolicy", "DeadlineExceeded")
 _HASH_LEN = 8
+#: The webhook checks the last pod's name with the generated part a pod name ends with
+#: (``-abcde``), not the hostname alone (jobset_webhook.go, ``podNameTooLongErrorMsg``).
+_POD_SUFFIX = len("-abcde")
 
 
 def _longest_suffix(nodes: int) -> int:
-    """Return the longest ``-<rj>-<i>-<j>`` a pod hostname of a step on ``nodes`` gets."""
-    return max(len(f"-{LAUNCHER}-0-0"), len(f"-{WORKERS}-0-{max(nodes - 1, 0)}"))
+    """Return the longest ``-<rj>-<i>-<j>-xxxxx`` a pod name of a step on ``nodes`` gets."""
+    hostname = max(len(f"-{LAUNCHER}-0-0"), len(f"-{WORKERS}-0-{max(nodes - 1, 0)}"))
+    return hostname + _POD_SUFFIX
 
 
 def object_name(name: str, nodes: int) -> str:
     """Return the JobSet's name for a step's object name ``name`` (its ``job_name``).
 
-    ``name`` itself when every derived hostname fits in a DNS label, else ``name`` cut and
+    ``name`` itself when every derived pod name (hence hostname) fits in a DNS label, as
+    the validating webhook requires, else ``name`` cut and
     ended with a hash of the whole of it (two steps never share a JobSet).
     """
     room = DNS_LABEL_MAX - _longest_suffix(nodes)
