@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from k8sjobs import __version__
-from k8sjobs.cli.main import build_parser
+from k8sjobs.cli.main import build_parser, main
 
 from ..waiting import wait_until_sync
 from .test_cli_commands import FAILING, k8sjobs, start, study_file
@@ -93,28 +93,38 @@ def test_dash_n_works_wherever_a_namespace_does(command: str) -> None:
     assert args.namespace == "hpc"
 
 
-def test_every_command_takes_the_study_file_or_its_name(tmp_path: Path) -> None:
+def test_every_command_takes_the_study_file_or_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commands run in this process (the real ``main``): fourteen interpreters that
+    each import the package took most of the test's bound on a loaded machine."""
     study_file(tmp_path, FAILING)
-    k8sjobs(tmp_path, "run", "study.yaml", check=1)
-    by_file = k8sjobs(tmp_path, "status", "study.yaml", check=1).stdout
-    assert by_file == k8sjobs(tmp_path, "status", "--study", "mixed", check=1).stdout
-    assert k8sjobs(tmp_path, "status", "study.yaml", "good", check=0).stdout.count("│") == 4
-    assert k8sjobs(tmp_path, "logs", "study.yaml", "bad", check=0).stdout == "about to fail\n"
-    assert k8sjobs(tmp_path, "logs", "--study", "mixed", "bad", check=0).stdout == (
-        "about to fail\n"
-    )
-    assert "nothing running" in k8sjobs(tmp_path, "cancel", "study.yaml", check=0).stdout
-    k8sjobs(tmp_path, "report", "study.yaml", "-o", "a.html", check=0)
-    k8sjobs(tmp_path, "report", "--study", "mixed", "-o", "b.html", check=0)
-    k8sjobs(tmp_path, "report", "mixed", "-o", "c.html", check=0)
+    monkeypatch.chdir(tmp_path)
+
+    def k8s(*args: str, check: int) -> str:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        assert code == check, out + err
+        return out if check != 2 else err
+
+    k8s("run", "study.yaml", check=1)
+    by_file = k8s("status", "study.yaml", check=1)
+    assert by_file == k8s("status", "--study", "mixed", check=1)
+    assert k8s("status", "study.yaml", "good", check=0).count("│") == 4
+    assert k8s("logs", "study.yaml", "bad", check=0) == "about to fail\n"
+    assert k8s("logs", "--study", "mixed", "bad", check=0) == "about to fail\n"
+    assert "nothing running" in k8s("cancel", "study.yaml", check=0)
+    k8s("report", "study.yaml", "-o", "a.html", check=0)
+    k8s("report", "--study", "mixed", "-o", "b.html", check=0)
+    k8s("report", "mixed", "-o", "c.html", check=0)
     for made in ("a.html", "b.html", "c.html"):
         assert "Study mixed" in (tmp_path / made).read_text()
     # run names its study the same way: --study (or its old name, --name) over the file's.
-    k8sjobs(tmp_path, "run", "study.yaml", "--study", "renamed", check=1)
-    assert "bad" in k8sjobs(tmp_path, "status", "--study", "renamed", check=1).stdout
+    k8s("run", "study.yaml", "--study", "renamed", check=1)
+    assert "bad" in k8s("status", "--study", "renamed", check=1)
     # Neither: one line saying both ways.
-    missing = k8sjobs(tmp_path, "status", check=2).stderr
-    assert missing == (
+    assert k8s("status", check=2) == (
         "error: k8sjobs status: name the study: its file (k8sjobs status study.yaml) "
         "or --study NAME\n"
     )
