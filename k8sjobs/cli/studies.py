@@ -560,6 +560,7 @@ def _print_status(
     used = usage_summary(results, recorded)
     if used:
         print(used)
+    _print_outputs(results)
     shown = [origins[r.name] for r in results if r.name in origins]
     driver = (run or {}).get("driver") or {}
     if driver.get("alive"):  # the record is a run still going: say so, and what it did so far
@@ -570,6 +571,16 @@ def _print_status(
     for name, described in events.items():  # each failed, evicted or deleted pod, its cost
         for line in described:
             print(printable(f"  {name}: {line}"))
+
+
+def _print_outputs(results: Sequence[StepResult]) -> None:
+    """Print each pushed output's reference, the name to pull it by or read it in another
+    study: ``STEP.OUTPUT: REF`` (also ``outputs`` in ``-o json``)."""
+    refs = [(r.name, key, ref) for r in results for key, ref in r.outputs.items()]
+    if refs:
+        print("outputs (k8sjobs artifact pull REF; k8sjobs lineage REF):")
+    for name, key, ref in refs:
+        print(printable(f"  {name}.{key}: {ref}"))
 
 
 def _as_seen(record: Any) -> StepResult:

@@ -86,3 +86,15 @@ def test_status_of_a_live_run_says_it_is_live_and_counts_a_waiting_step_as_waiti
         out, err = driver.communicate(timeout=120)
     assert driver.returncode == 0, out + err
     assert out.splitlines()[-1] == "2 ran"
+
+
+def test_status_shows_every_pushed_outputs_reference_to_pull_it_by(tmp_path: Path) -> None:
+    study_file(tmp_path, "name: outs\nsteps:\n  - name: make\n"
+               "    script: mkdir -p out && echo 1 > out/n\n    outputs: {n: out/n}\n")  # fmt: skip
+    k8sjobs(tmp_path, "run", "study.yaml", "--plain", check=0, timeout=120)
+    status = k8sjobs(tmp_path, "status", "--study", "outs", check=0, timeout=120).stdout
+    (line,) = [line for line in status.splitlines() if line.startswith("  make.n: ")]
+    ref = line.removeprefix("  make.n: ")
+    assert "@sha256:" in ref, status
+    pulled = k8sjobs(tmp_path, "artifact", "pull", ref, "got", check=0, timeout=120)
+    assert pulled.returncode == 0 and (tmp_path / "got").exists()
