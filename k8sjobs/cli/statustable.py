@@ -308,7 +308,9 @@ class Progress:
                 self._say_wait_later(result)
                 if before is not None and before.state is result.state:
                     return
-            line = result.describe() if result.state.terminal else f"{result.name}: {result.state}"
+            # An end, and a preemption (Kueue says for whom), say why; a start does not.
+            why = result.state.terminal or result.state is StepState.PREEMPTED
+            line = result.describe() if why else f"{result.name}: {result.state}"
             self._say(line)
 
     def _say(self, line: str) -> None:

@@ -66,3 +66,31 @@ async def test_a_local_step_that_starts_at_once_prints_no_wait_and_a_real_wait_i
             return "b: PENDING (WaitingForResources: 2 of 2 slots busy)" in "".join(out)
 
         await wait_until(said, "the real wait is said")
+
+
+def test_a_preempted_step_says_kueues_words_then_its_quota_wait_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`k8sjobs run` lines: PREEMPTED with Kueue's message; waiting again is one line, and a
+    new message under the same reason is not another."""
+    progress = Progress(["low"], Console(file=io.StringIO()), live=False)
+    evicted = StepResult(
+        name="low",
+        state=StepState.PREEMPTED,
+        reason="Preempted",
+        message="Preempted to accommodate a workload (UID: 3a7c)",
+        evictions=1,
+    )
+    quota = StepResult(
+        name="low", reason="WaitingForQuota", message="insufficient quota", evictions=1
+    )
+    with progress:
+        progress.update(StepResult(name="low", state=StepState.RUNNING))
+        progress.update(evicted)
+        assert "low: PREEMPTED (Preempted to accommodate a workload (UID: 3a7c))" in (
+            capsys.readouterr().out
+        )
+        progress.update(quota)
+        progress.update(quota.evolve(message="insufficient quota, again"))
+    out = capsys.readouterr().out
+    assert out.count("low: PENDING (WaitingForQuota: insufficient quota") == 1
