@@ -134,6 +134,8 @@ class Reuse:
         assert step is not None
         try:
             record = await cache.lookup(key)
+            if record is None and key in cache.cleared:
+                return None  # cleared by hand (cache clear): run it, adopt no ended run
             if record is None or record.exit_code != 0 or set(record.outputs) != set(step.outputs):
                 return False
             outputs = {

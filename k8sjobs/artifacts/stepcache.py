@@ -34,6 +34,7 @@ __all__ = [
     "RESULT_TYPE",
     "CacheStore",
     "CachedOutput",
+    "Cleared",
     "ResultRecord",
     "StepCache",
     "UnreadableRecord",
@@ -49,6 +50,7 @@ CACHE_REPOSITORY = "k8sjobs/cache"
 #: The artifactType of a result record.
 RESULT_TYPE = "application/vnd.k8sjobs.step-result.v1+json"
 _ANNOTATION = "k8sjobs.io/step-result"
+_CLEARED = "k8sjobs.io/step-result-cleared"
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,10 @@ class ResultRecord:
 
 class UnreadableRecord(ValueError):
     """A result record that cannot stand for a step (malformed, foreign, out of bounds)."""
+
+
+class Cleared(UnreadableRecord):
+    """The record of a key that ``k8sjobs cache clear`` cleared: its step runs anew."""
 
 
 #: Bounds on one result record: its JSON text, its outputs, each name and text field.
@@ -306,6 +312,8 @@ class StepCache:
         self.requests = 0  # network requests: a layout's file reads are not counted
         self.local = type(store).__name__ == "OCILayout"
         self._config_stored = False
+        #: The keys a lookup found cleared (``cache clear``): their steps run anew.
+        self.cleared: set[str] = set()
 
     def _ref(self, reference: str) -> Reference:
         return self.store._ref(reference)  # the store's own naming (its prefix, its host)
@@ -320,6 +328,9 @@ class StepCache:
             return await self.read(key)
         except ArtifactNotFound:
             return None
+        except Cleared:
+            self.cleared.add(key)
+            return None
         except (UnreadableRecord, RegistryError) as exc:
             _log.warning("ignoring the unreadable step result %s: %s", record_reference(key), exc)
             return None
@@ -331,6 +342,8 @@ class StepCache:
         self.requests += 1
         data, _, _ = await self.store.get_manifest(ref)
         manifest = _media.decode_manifest(data, str(ref))
+        if _CLEARED in manifest.annotations and _ANNOTATION not in manifest.annotations:
+            raise Cleared(f"cleared at {str(manifest.annotations[_CLEARED])[:40]}")
         record = ResultRecord.from_annotation(manifest.annotations.get(_ANNOTATION))
         if record.key != key:
             raise UnreadableRecord(f"it records key {record.key[:80]!r}, not its own tag's")
@@ -338,7 +351,31 @@ class StepCache:
 
     async def save(self, record: ResultRecord) -> None:
         """Store ``record`` under its key (replacing an older record of that key)."""
-        ref = self._ref(record_reference(record.key))
+        annotations = {
+            _ANNOTATION: json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")),
+            "org.opencontainers.image.created": (
+                record.finished_at.isoformat() if record.finished_at else ""
+            ),
+        }
+        await self._put(record.key, annotations)
+
+    async def clear(self, key: str, when: datetime) -> bool:
+        """Replace the record of ``key`` by a mark that it was cleared at ``when``; return
+        whether there was a record. The mark makes the next run of a step with this key run
+        it anew rather than adopt an ended run of it (which a deleted record would not)."""
+        try:
+            await self.read(key)
+        except ArtifactNotFound:
+            return False
+        except Cleared:
+            return False
+        except (UnreadableRecord, RegistryError):
+            pass  # an unreadable record is cleared too
+        await self._put(key, {_CLEARED: when.isoformat()})
+        return True
+
+    async def _put(self, key: str, annotations: dict[str, str]) -> None:
+        ref = self._ref(record_reference(key))
         if not self._config_stored:
             self.requests += 1
             if not await self.store.has_blob(ref, _media.EMPTY_CONFIG_DIGEST):
@@ -347,12 +384,6 @@ class StepCache:
                     ref, _media.EMPTY_CONFIG_DATA, _media.EMPTY_CONFIG_DIGEST
                 )
             self._config_stored = True
-        annotations = {
-            _ANNOTATION: json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")),
-            "org.opencontainers.image.created": (
-                record.finished_at.isoformat() if record.finished_at else ""
-            ),
-        }
         manifest = _media.build_manifest([], RESULT_TYPE, annotations)
         self.requests += 1
         await self.store.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)

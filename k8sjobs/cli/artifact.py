@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -201,15 +202,15 @@ async def _cache_keys(store: ArtifactStore) -> list[str]:
 
 
 async def _cache_ls(args: argparse.Namespace) -> None:
-    from ..artifacts.stepcache import StepCache, UnreadableRecord
+    from ..artifacts.stepcache import Cleared, StepCache, UnreadableRecord
 
     async with _store(args) as store:
         cache = StepCache(store)  # type: ignore[arg-type]
         for key in await _cache_keys(store):
             try:
                 record = await cache.read(key)
-            except ArtifactNotFound:
-                continue  # deleted since it was listed
+            except (ArtifactNotFound, Cleared):
+                continue  # deleted since it was listed, or cleared: no record
             except (UnreadableRecord, RegistryError) as exc:
                 print(f"{key[:19]}  unreadable (a run ignores it): {printable(str(exc))[:200]}")
                 continue
@@ -221,12 +222,11 @@ async def _cache_ls(args: argparse.Namespace) -> None:
 async def _cache_clear(args: argparse.Namespace) -> None:
     from ..artifacts.stepcache import StepCache
 
+    now = datetime.now(UTC)
     async with _store(args) as store:
         cache = StepCache(store)  # type: ignore[arg-type]
-        keys = await _cache_keys(store)
-        for key in keys:
-            await cache.forget(key)
-    print(f"forgot {len(keys)} recorded result{'s' if len(keys) != 1 else ''}")
+        forgot = [key for key in await _cache_keys(store) if await cache.clear(key, now)]
+    print(f"forgot {len(forgot)} recorded result{'s' if len(forgot) != 1 else ''}")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -177,7 +177,10 @@ def test_foreign_tags_in_the_cache_repository_are_skipped_by_ls_and_clear(
         async with OCILayout(tmp_path) as store:
             return await store.tags(CACHE_REPOSITORY)
 
-    assert sorted(asyncio.run(tags())) == sorted(["0-backup", "latest", "AB" * 32, "ab" * 31])
+    foreign = ["0-backup", "latest", "AB" * 32, "ab" * 31]
+    assert sorted(asyncio.run(tags())) == sorted([*foreign, KEY.partition(":")[2]])  # a mark
+    code, out, err = cli("cache", "ls", "--store", f"oci:{tmp_path}")
+    assert (code, out) == (0, ""), err  # the cleared key's mark is no record
 
 
 @pytest.mark.parametrize(
