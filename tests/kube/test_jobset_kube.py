@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from k8sjobs import Session, Step
-from k8sjobs.testing import FakeCluster
+from k8sjobs import Resources, Session, Step
+from k8sjobs.testing import FakeCluster, jobset_crd
+
+from ..waiting import wait_until
+from .conftest import FAST
+from .kubehelpers import session
 
 
 async def test_a_cluster_without_jobset_refuses_the_step_before_writing(tmp_path: Path) -> None:
@@ -24,3 +28,39 @@ async def test_a_cluster_without_jobset_refuses_the_step_before_writing(tmp_path
         assert "install JobSet" in said and "target: job" in said
         assert list(cluster.store.iter("configmaps", "default")) == []
         assert list(cluster.store.iter("jobs", "default")) == []
+
+
+def _established(fake: FakeCluster) -> bool:
+    found = fake.store.get("customresourcedefinitions", "", "jobsets.jobset.x-k8s.io") or {}
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest.mark.parametrize(("nodes", "writes"), [(1, 2), (2, 3)])
+async def test_writes_per_jobset_step(tmp_path: Path, nodes: int, writes: int) -> None:
+    # The JobSet, then its ConfigMap (and for launch: ssh its key pair's Secret) owned by it;
+    # the controller makes the child Jobs and the headless Service.
+    async with FakeCluster(
+        "simulate", directory=tmp_path, controller=FAST, bookmark_interval=0.5
+    ) as cluster:
+        cluster.store.create("customresourcedefinitions", "", jobset_crd())
+        await wait_until(lambda: _established(cluster), "the JobSet CRD is established")
+        steps = 5
+        async with session(cluster, tmp_path) as s:
+            cluster.requests.reset()
+            made = [
+                Step(
+                    name=f"w{i}",
+                    script="$(LAUNCHER) true\n",
+                    target="jobset",
+                    resources=Resources(nodes=nodes, tasks=nodes),
+                )
+                for i in range(steps)
+            ]
+            handles = await s.submit_many(made)
+            verbs = ("create", "update", "patch", "delete")
+            sent = sum(cluster.request_count(v) for v in verbs)
+            created = cluster.request_count("create")
+            results = await s.gather(*handles, timeout=120)
+    assert all(r.ok for r in results), [r.describe() for r in results]
+    assert sent / steps == writes and created == sent
