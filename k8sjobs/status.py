@@ -130,7 +130,7 @@ def judge(
         )
     result = _live(base, job, ordered, now=now, grace=pending_grace, warnings=warnings, gone=gone)
     limit = _pending_timeout(job, pending_timeout)
-    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    created = _waiting_since(job)
     if (
         result.state is StepState.PENDING
         and limit is not None
@@ -171,11 +171,26 @@ def pending_deadline(
     if cause is not None and cause.permanent and cause.since is not None:
         moments.append(cause.since + timedelta(seconds=pending_grace))
     limit = _pending_timeout(job, pending_timeout)
-    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    created = _waiting_since(job)
     if limit is not None and created is not None:
         moments.append(created + timedelta(seconds=limit))
     known = [m for m in moments if m is not None]
     return min(known) if known else None
+
+
+def _waiting_since(job: Obj) -> datetime | None:
+    """Return when ``job``'s present wait began: its creation, or its latest suspension.
+
+    Kueue suspends an evicted Job again and requeues it: that round's wait is bounded
+    anew, as a driver restarted after the round's pods were deleted cannot tell it ran.
+    """
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Suspended" and condition.get("status") == "True":
+            since = parse_time(condition.get("lastTransitionTime"))
+            if since is not None and (created is None or since > created):
+                created = since
+    return created
 
 
 def _pending_timeout(job: Obj, default: float | None) -> float | None:

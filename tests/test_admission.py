@@ -22,6 +22,7 @@ from k8sjobs.events import pod_event
 from k8sjobs.handle import StepHandle
 from k8sjobs.state import StepResult, StepState
 from k8sjobs.status import judge as judge_job
+from k8sjobs.status import pending_deadline
 
 from .test_handle import Recorder
 
@@ -218,3 +219,46 @@ def test_a_pod_stopped_by_its_jobs_suspension_spends_no_retry() -> None:
     running = {**suspended, "spec": {**suspended["spec"], "suspend": False}}
     counted = pod_event(running, stopped, deleted=True)
     assert counted is not None and counted.action != "Ignore"
+
+
+def _resuspended(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """Return the last recorded state of Job ``name`` suspended again after it ran."""
+    return next(
+        e["object"]
+        for e in reversed(data["job_watch_events"])
+        if e["object"]["metadata"]["name"] == name
+        and e["object"]["spec"].get("suspend")
+        and any(
+            c["type"] == "Suspended"
+            and c["status"] == "True"
+            and c["lastTransitionTime"] > e["object"]["metadata"]["creationTimestamp"]
+            for c in e["object"].get("status", {}).get("conditions", ())
+        )
+    )
+
+
+@given(limit=st.integers(min_value=2, max_value=10**6))
+def test_a_requeued_step_re_attached_waits_a_whole_pending_timeout_again(limit: int) -> None:
+    """A preempted step's earlier round does not spend its pending_timeout.
+
+    kueue-preempted.json's low, suspended again by its eviction, as a driver restarted
+    after its pods were deleted lists it: no pod, nothing gone, created before it ran. It
+    waits since it was suspended again, and stays PENDING until that wait reaches the bound
+    (it failed PendingTimeout: the bound was counted from the Job's creation).
+    """
+    data = json.loads((REFERENCE / "kueue-preempted.json").read_text())
+    job = _resuspended(data, "low")
+    since = max(
+        datetime.fromisoformat(c["lastTransitionTime"])
+        for c in job["status"]["conditions"]
+        if c["type"] == "Suspended"
+    )
+    created = datetime.fromisoformat(job["metadata"]["creationTimestamp"])
+    assert since - created >= timedelta(seconds=1)
+    now = since + timedelta(seconds=limit - 1)  # past creation + limit
+    result = judge_job(job, [], now=now, pending_grace=60, pending_timeout=limit)
+    assert result.state is StepState.PENDING, result
+    due = pending_deadline(job, [], pending_grace=60, pending_timeout=limit)
+    assert due == since + timedelta(seconds=limit)
+    later = judge_job(job, [], now=due, pending_grace=60, pending_timeout=limit)
+    assert later.reason == "PendingTimeout"
