@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import pytest_asyncio
 
 from k8sjobs.testing import FakeCluster, KubeletConfig
@@ -250,6 +251,75 @@ async def test_names_that_would_pass_63_characters_are_refused_by_the_webhook(
     assert "pod names generated for this JobSet will exceed 63 characters" in error["message"]
     assert fake.get("jobsets", too_long) is None
     await wait_until(lambda: fake.get("jobs", f"{fits}-workers-0") is not None, "its Jobs")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            {
+                "failurePolicy": {
+                    "maxRestarts": 1,
+                    "rules": [{"name": "fail-at-once", "action": "FailJobSet"}],
+                }
+            },
+            "invalid failure policy rule name 'fail-at-once', a failure policy rule name must "
+            "start with an alphabetic character",
+        ),
+        (
+            {"failurePolicy": {"rules": [{"name": "a", "action": "FailJobSet"}] * 2}},
+            "rule names are not unique, rules with indices [0 1] all have the same name 'a'",
+        ),
+        (
+            {
+                "failurePolicy": {
+                    "rules": [
+                        {"name": "r", "action": "FailJobSet", "onJobFailureReasons": ["OOMKilled"]}
+                    ]
+                }
+            },
+            "invalid job failure reason 'OOMKilled' in failure policy is not a recognized",
+        ),
+        (
+            {
+                "failurePolicy": {
+                    "rules": [
+                        {"name": "r", "action": "FailJobSet", "targetReplicatedJobs": ["driver"]}
+                    ]
+                }
+            },
+            "invalid replicatedJob name 'driver' in failure policy does not appear",
+        ),
+        (
+            {"successPolicy": {"operator": "All", "targetReplicatedJobs": ["driver"]}},
+            "invalid replicatedJob name 'driver' does not appear in .spec.ReplicatedJobs",
+        ),
+    ],
+)
+async def test_policies_the_controller_could_not_follow_are_refused_by_the_webhook(
+    fake: FakeCluster, change: dict[str, Any], words: str
+) -> None:
+    body = mpi("bad")
+    body["spec"] |= change
+    async with aiohttp.ClientSession() as http:
+        status, error = await call(http, "POST", f"{fake.url}{JOBSETS}", body)
+    assert status == 422 and error["reason"] == "Invalid"
+    assert error["message"].startswith('admission webhook "vjobset.kb.io" denied the request: ')
+    assert words in error["message"]
+    assert fake.get("jobsets", "bad") is None
+
+
+async def test_depends_on_the_first_or_a_later_replicated_job_is_refused(
+    fake: FakeCluster,
+) -> None:
+    body = mpi("order")
+    workers, launcher = body["spec"]["replicatedJobs"]
+    body["spec"]["replicatedJobs"] = [launcher, workers]
+    async with aiohttp.ClientSession() as http:
+        status, error = await call(http, "POST", f"{fake.url}{JOBSETS}", body)
+    assert status == 422
+    assert "DependsOn can't be set for the first ReplicatedJob" in error["message"]
+    assert "replicatedJob: launcher cannot depend on replicatedJob: workers" in error["message"]
 
 
 async def test_depends_on_complete_waits_for_the_dependency_to_succeed(fake: FakeCluster) -> None:

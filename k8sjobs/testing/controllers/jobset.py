@@ -9,8 +9,10 @@ its webhooks as shared/k8s-reference/jobset-*.json record them:
   network.enableDNSHostnames and publishNotReadyAddresses true, failurePolicy.restartStrategy
   Recreate, rule names ``failurePolicyRule<i>``; a JobSet pod gets the
   ``jobset.sigs.k8s.io/priority`` label; the validating webhook's refusal of a JobSet whose
-  child Job or pod names would pass 63 characters (422, ``admission webhook "vjobset.kb.io"
-  denied the request: ...``);
+  child Job or pod names would pass 63 characters, whose first replicated Job has dependsOn
+  or whose dependsOn, successPolicy or failurePolicy names a replicated Job not before it,
+  or whose failure policy rules have a bad or repeated name or an unknown Job failure reason
+  (422, ``admission webhook "vjobset.kb.io" denied the request: ...``);
 - per replicated Job, ``replicas`` Jobs ``<jobset>-<rj>-<i>`` with the ``jobset.sigs.k8s.io/*``
   labels and annotations on the Job and its pod template (``job-key`` is the SHA-1 of
   ``<namespace>/<job>``), the subdomain on the pods, and the JobSet as controller; a headless
@@ -37,7 +39,7 @@ its webhooks as shared/k8s-reference/jobset-*.json record them:
 
 Not emulated: startupPolicy InOrder, coordinator, RestartJob actions and in-place restarts,
 volumeClaimPolicies, exclusive placement, and of the validating
-webhook all but its name-length checks.
+webhook its checks of those, of groupName, managedBy and the subdomain.
 """
 
 from __future__ import annotations
@@ -319,12 +321,14 @@ class JobSetWebhook:
                 meta.setdefault("labels", {})[PRIORITY_KEY] = str(spec["priority"])
 
     def validate(self, res: Resource, namespace: str, obj: Obj) -> None:
-        """Refuse a JobSet whose child Job or pod names would pass 63 characters, as the
-        validating webhook (vjobset.kb.io) does (JobSet issues 132 and 302)."""
+        """Refuse a JobSet whose child Job or pod names would pass 63 characters (JobSet
+        issues 132 and 302) or whose policies the controller could not follow, as the
+        validating webhook (vjobset.kb.io) does."""
         if res.group != GROUP or res.plural != PLURAL:
             return
         name = str((obj.get("metadata") or {}).get("name") or "")
-        causes = _name_causes(name, obj.get("spec") or {})
+        spec = obj.get("spec") or {}
+        causes = _name_causes(name, spec) + _policy_causes(spec)
         if causes:
             error = _errors.invalid("JobSet", name, causes, GROUP)
             message = f'admission webhook "vjobset.kb.io" denied the request: {error.message}'
@@ -362,6 +366,83 @@ def _name_causes(name: str, spec: Obj) -> list[dict[str, str]]:
         ):
             causes.append(cause("FieldValueInvalid", invalid + _POD_NAME_TOO_LONG, field))
     return causes
+
+
+#: A failure policy rule's name (jobset_webhook.go ``ruleNameFmt``): no '-' in it.
+_RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+#: The Job failure reasons a rule may name (``validOnJobFailureReasons``).
+_JOB_FAILURE_REASONS = (
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+)
+
+
+def _policy_causes(spec: Obj) -> list[dict[str, str]]:
+    """Return the webhook's refusals of dependsOn, successPolicy and failurePolicy, worded
+    as it words them: plain errors, which the API reports as internal errors of no field."""
+    rjobs = [r for r in spec.get("replicatedJobs") or [] if isinstance(r, dict)]
+    errors = []
+    if rjobs and rjobs[0].get("dependsOn"):
+        errors.append("DependsOn can't be set for the first ReplicatedJob")
+    seen: set[str] = set()
+    for rjob in rjobs:
+        seen.add(str(rjob.get("name")))
+        for item in rjob.get("dependsOn") or []:
+            if item.get("name") not in seen:
+                errors.append(
+                    f"replicatedJob: {rjob.get('name')} cannot depend on replicatedJob: "
+                    f"{item.get('name')}"
+                )
+    for target in (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []:
+        if target not in seen:
+            errors.append(
+                f"invalid replicatedJob name '{target}' does not appear in .spec.ReplicatedJobs"
+            )
+    errors += _rule_errors((spec.get("failurePolicy") or {}).get("rules") or [], seen)
+    return [cause("InternalError", f"Internal error: {e}", "<nil>") for e in errors]
+
+
+def _rule_errors(rules: list[Obj], rjobs: set[str]) -> list[str]:
+    errors = []
+    names: dict[str, list[int]] = {}
+    for index, rule in enumerate(rules):
+        name = str(rule.get("name") or "")
+        names.setdefault(name, []).append(index)
+        if not 1 <= len(name) <= 128:
+            errors.append(
+                f"invalid failure policy rule name of length {len(name)}, the rule name must "
+                "be at least 1 characters long and at most 128 characters long"
+            )
+        if not _RULE_NAME.fullmatch(name):
+            errors.append(
+                f"invalid failure policy rule name '{name}', a failure policy rule name must "
+                "start with an alphabetic character, optionally followed by a string of "
+                "alphanumeric characters or '_,:', and must end with an alphanumeric "
+                "character or '_'"
+            )
+        for target in rule.get("targetReplicatedJobs") or []:
+            if target not in rjobs:
+                errors.append(
+                    f"invalid replicatedJob name '{target}' in failure policy does not "
+                    "appear in .spec.ReplicatedJobs"
+                )
+        for reason in rule.get("onJobFailureReasons") or []:
+            if reason not in _JOB_FAILURE_REASONS:
+                errors.append(
+                    f"invalid job failure reason '{reason}' in failure policy is not a "
+                    "recognized job failure reason"
+                )
+    for name, indexes in names.items():
+        if len(indexes) > 1:
+            errors.append(
+                "rule names are not unique, rules with indices "
+                f"[{' '.join(map(str, indexes))}] all have the same "
+                f"name '{name}'"
+            )
+    return errors
 
 
 def _default(obj: Obj) -> None:
