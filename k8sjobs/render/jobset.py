@@ -129,7 +129,7 @@ def jobset(step: Step, job: Mapping[str, Any], *, main: str, ssh_port: int) -> d
             "maxRestarts": step.retries,
             "rules": [
                 {
-                    "name": "fail-at-once",
+                    "name": "failAtOnce",  # no "-": the webhook refuses one in a rule name
                     "action": "FailJobSet",
                     "onJobFailureReasons": list(FAIL_AT_ONCE),
                 }

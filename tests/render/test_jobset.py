@@ -36,10 +36,11 @@ def _schema() -> dict[str, Any]:
 
 
 def assert_accepted(manifests: Manifests) -> None:
-    """Assert the JobSet passes the CRD's schema (no unknown field) and each replicated Job's
-    template is a valid batch/v1 Job, as the fake's API server and controller check them."""
+    """Assert the JobSet passes the validating webhook, the CRD's schema (no unknown field)
+    and each replicated Job's template is a valid batch/v1 Job, as the fake checks them."""
     js = manifests.job
     assert js["kind"] == "JobSet"
+    JobSetWebhook().validate(JOBSET_RESOURCE, manifests.namespace, js)  # vjobset.kb.io
     assert validate(js, _schema()) == []
     assert unknown_fields(js, _schema()) == []
     for rjob in js["spec"]["replicatedJobs"]:
