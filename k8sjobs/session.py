@@ -611,6 +611,9 @@ def _observer(session: Session) -> Observer | None:
         study=session.study,
         backend=session._default_kind,
         watch_stats=lambda: session.watch_stats,
+        api_requests=lambda: getattr(
+            getattr(session._backends.get("kubernetes"), "client", None), "requests", {}
+        ),
         **session._observing,
     )
 

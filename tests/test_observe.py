@@ -89,6 +89,7 @@ async def test_a_study_with_a_failure_a_retry_and_a_reused_step_is_traced_and_co
     async with make() as s:  # records "reused"'s success
         await s.gather(await s.submit(steps(tmp_path / "m")[0]), check=True, timeout=240)
 
+    creates_before = cluster.request_count("create") if cluster is not None else 0
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
@@ -123,6 +124,14 @@ async def test_a_study_with_a_failure_a_retry_and_a_reused_step_is_traced_and_co
     assert after["k8sjobs_cache_hits_total{}"] == 1
     assert after["k8sjobs_cache_misses_total{}"] == 1  # "retried" (failing has no outputs)
     assert after["k8sjobs_step_duration_seconds_count{result=SUCCEEDED}"] == 1
+    if cluster is not None:  # the driver's count of its requests is the server's
+        requests = sum(v for k, v in after.items() if k.startswith("k8sjobs_api_requests_total{"))
+        sent = sum(
+            v
+            for k, v in after.items()
+            if k.startswith("k8sjobs_api_requests_total{") and "verb=create" in k
+        )
+        assert requests > sent > 0 and sent == cluster.request_count("create") - creates_before
 
     finished: list[ReadableSpan] = list(spans.get_finished_spans())
     by_name = {sp.name: sp for sp in finished}

@@ -12,6 +12,7 @@ path (see benchmarks/bench_submit.py), and the watcher only reads a few fields.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import random
@@ -141,6 +142,8 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._reloaded = False
         self.health = ApiHealth(config.host, self.options.outage_timeout)
+        #: Requests sent, by (verb, HTTP status; "none" where no answer came): for metrics.
+        self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -434,6 +437,7 @@ class KubeClient:
             try:
                 response = await self._once(method, url, params, data, headers, stream)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                self.requests[verb, "none"] += 1
                 self.health.failed(exc)
                 if attempt >= allowed:
                     raise _no_answer(method, what, attempt + 1, exc) from None
@@ -441,6 +445,7 @@ class KubeClient:
                 attempt += 1
                 continue
             self.health.answered()
+            self.requests[verb, str(response.status)] += 1
             if response.status < 300:
                 return response
             error = await self._error(response, what, kind, verb)

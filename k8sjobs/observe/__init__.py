@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .native import Native, NativeSource, native
@@ -62,6 +62,7 @@ def observer_for(
     metrics_port: int | None = None,
     trace_file: str | os.PathLike[str] | None = None,
     watch_stats: Callable[[], WatchStats] | None = None,
+    api_requests: Callable[[], Mapping[tuple[str, str], int]] | None = None,
 ) -> Observer | None:
     """Return the session's observer, or None when nothing was asked for.
 
@@ -79,7 +80,9 @@ def observer_for(
         if tracer_provider is not None or traces:
             recorders.append(_tracer(tracer_provider, study, backend))
         if meter_provider is not None or otel_metrics or metrics_port is not None:
-            recorders.append(_metrics(meter_provider, otel_metrics, metrics_port, watch_stats))
+            recorders.append(
+                _metrics(meter_provider, otel_metrics, metrics_port, watch_stats, api_requests)
+            )
     except BaseException:
         Observer(recorders).close()
         raise
@@ -106,10 +109,11 @@ def _metrics(
     from_env: bool,
     port: int | None,
     watch_stats: Callable[[], WatchStats] | None,
+    api_requests: Callable[[], Mapping[tuple[str, str], int]] | None = None,
 ) -> Recorder:
     from .metrics import PrometheusSink, Sink, StepMetrics
 
-    step_metrics = StepMetrics([], watch_stats)
+    step_metrics = StepMetrics([], watch_stats, api_requests)
     sinks: list[Sink] = []
     if provider is not None or from_env:
         try:

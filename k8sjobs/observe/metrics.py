@@ -15,6 +15,7 @@ Prometheus names (the OTel names in docs/observability.md):
     k8sjobs_cache_hits_total / _misses_total     counter: keyed steps reused / run
     k8sjobs_watch_reconnects_total{reason}       counter: watch requests after the first
     k8sjobs_watch_relists_total{reason}          counter: LISTs (an outage ends in one)
+    k8sjobs_api_requests_total{verb,code}        counter: Kubernetes API requests sent
 """
 
 from __future__ import annotations
@@ -56,10 +57,16 @@ class StepMetrics:
         self,
         sinks: list[Sink],
         watch_stats: Callable[[], WatchStats] | None = None,
+        api_requests: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
         self.sinks = sinks
         self.states: collections.Counter[str] = collections.Counter()
         self._watch_stats = watch_stats
+        self._api_requests = api_requests
+
+    def requests(self) -> dict[tuple[str, str], int]:
+        """Return the API requests sent by (verb, code) (a copy, for any thread)."""
+        return {} if self._api_requests is None else dict(self._api_requests())
 
     def watches(self) -> tuple[Mapping[str, int], Mapping[str, int]]:
         """Return the watches' reconnects and relists by reason (copies, for any thread)."""
@@ -210,3 +217,9 @@ class _Gauges:
             for reason, count in counts.items():
                 family.add_metric([reason], count)
             yield family
+        requests = CounterMetricFamily(
+            "k8sjobs_api_requests", "Kubernetes API requests sent.", labels=["verb", "code"]
+        )
+        for (verb, code), count in self._metrics.requests().items():
+            requests.add_metric([verb, code], count)
+        yield requests

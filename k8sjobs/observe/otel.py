@@ -293,6 +293,12 @@ class OtelSink:
         meter.create_observable_counter("k8sjobs.watch.reconnects", [watch(0)])
         meter.create_observable_counter("k8sjobs.watch.relists", [watch(1)])
 
+        def requests(_: Any) -> list[metrics.Observation]:
+            counts = step_metrics.requests()
+            return [metrics.Observation(n, {"verb": v, "code": c}) for (v, c), n in counts.items()]
+
+        meter.create_observable_counter("k8sjobs.api.requests", [requests], unit="{request}")
+
     def count(self, name: str, value: float, labels: Mapping[str, str]) -> None:
         """Add ``value`` to counter ``name``."""
         self._counters[name].add(value, dict(labels))
