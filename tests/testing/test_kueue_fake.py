@@ -137,3 +137,58 @@ async def make_queues(http: aiohttp.ClientSession, fake: FakeCluster, cpu: str) 
             http, "POST", url, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, **body}
         )
         assert status == 201, created
+
+
+async def test_kueue_admits_a_jobset_as_one_workload(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """A JobSet with the queue label: suspended on create, one Workload with a podSet per
+    replicated Job (replicas x parallelism pods), unsuspended on admission with the flavor's
+    nodeSelector on each replicated Job's pods, Finished when the JobSet completes."""
+    async with FakeCluster(directory=tmp_path, kueue=True) as fake:
+        await fake.install_jobset()
+        await make_queues(http, fake, cpu="2")
+        pod = {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "m", "image": "busybox", "resources": {"requests": {"cpu": "500m"}}}
+                ],
+            }
+        }
+
+        def rjob(name: str, replicas: int) -> dict[str, Any]:
+            return {"name": name, "replicas": replicas, "template": {"spec": {"template": pod}}}
+
+        body = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "js", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"replicatedJobs": [rjob("launcher", 1), rjob("workers", 2)]},
+        }
+        url = f"{fake.url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+        status, created = await call(http, "POST", url, body)
+        assert status == 201 and created["spec"]["suspend"] is True, created
+
+        def workload() -> dict[str, Any]:
+            found = fake.objects("workloads")
+            return found[0] if found else {}
+
+        await wait_until(lambda: finished(workload()), "the JobSet's Workload is Finished")
+        wl = workload()
+        assert wl["metadata"]["name"].startswith("jobset-js-")
+        assert wl["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("launcher", 1),
+            ("workers", 2),
+        ]
+        usage = [a["resourceUsage"] for a in wl["status"]["admission"]["podSetAssignments"]]
+        assert usage == [{"cpu": "500m"}, {"cpu": "1"}]
+        for job in fake.objects("jobs"):
+            selector = job["spec"]["template"]["spec"].get("nodeSelector")
+            assert selector == {"kubernetes.io/os": "linux"}, job["metadata"]["name"]
+
+
+def finished(workload: dict[str, Any]) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Finished" and c["status"] == "True" for c in conditions)

@@ -6,6 +6,9 @@ Kueue's CRDs (`kueue_api`) and then plays Kueue v0.20 as the recorded transcript
 
 - its mutating webhook: a Job created with the ``kueue.x-k8s.io/queue-name`` label is
   suspended on create (the create response says so);
+- the same for a JobSet with the label (with the JobSet CRD installed): one Workload with a
+  podSet per replicated Job (replicas x parallelism pods), suspended and unsuspended through
+  its ``spec.suspend`` (not recorded: its messages are the Job's);
 - its job reconciler: one Workload per such Job, ``job-<name>-<hash>`` as Kueue names it,
   owned by the Job, labelled with its uid, one podSet ``main`` of ``parallelism`` pods, the
   priority of the WorkloadPriorityClass its ``kueue.x-k8s.io/priority-class`` label names;
@@ -56,6 +59,9 @@ _INJECTED = (
     "kueue.x-k8s.io/local-queue-name",
     "kueue.x-k8s.io/podset",
 )
+#: The kinds Kueue manages here: plural -> (kind, group); a JobSet needs the JobSet CRD.
+_MANAGED = {"jobs": ("Job", "batch"), "jobsets": ("JobSet", "jobset.x-k8s.io")}
+_PLURALS = {kind: plural for plural, (kind, _) in _MANAGED.items()}
 _ADMISSION = "kueue-admission"
 _JOBS = "batch/job-kueue-controller"
 _NOT_READY = ("WaitForStart", "Not all pods are ready or succeeded")
@@ -92,7 +98,8 @@ class Kueue:
     def mutate(self, res: Resource, namespace: str, obj: Obj) -> None:
         """Suspend a new Job that names a queue; default new queues (Kueue's webhooks)."""
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        if res.plural == "jobs" and res.group == "batch" and labels.get(QUEUE_LABEL):
+        managed = _MANAGED.get(res.plural, ("", None))[1] == res.group
+        if managed and labels.get(QUEUE_LABEL):
             obj.setdefault("spec", {})["suspend"] = True
         elif res.group == kueue_api.GROUP:
             kueue_api.defaults(res.kind, obj)
@@ -107,12 +114,16 @@ class Kueue:
             return
         if event.resource == "customresourcedefinitions" and self.established():
             self.ready.set()
-        if event.resource == "jobs" and _queue(event.obj):
+        if event.resource in _MANAGED and _queue(event.obj):
             meta = event.obj["metadata"]
             if event.type == "ADDED":
-                self._later(self._create_workload, meta["namespace"], meta["name"])
+                self._later(self._create_workload, event.resource, meta["namespace"], meta["name"])
             elif event.type == "MODIFIED":
-                self._later(self._sync_job, meta["namespace"], meta["name"])
+                self._later(self._sync_job, event.resource, meta["namespace"], meta["name"])
+        elif event.resource == "jobs" and event.type == "MODIFIED":
+            for ref in event.obj["metadata"].get("ownerReferences") or []:
+                if ref.get("kind") == "JobSet":  # a JobSet's progress is its Jobs'
+                    self._later(self._sync_job, "jobsets", event.namespace, ref["name"])
         elif event.resource in ("localqueues", "clusterqueues") and event.type == "ADDED":
             self._later(self._init_queue, event.resource, event.namespace, event.obj)
         elif _being_deleted(event):
@@ -129,15 +140,15 @@ class Kueue:
 
     # ------------------------------------------------------------------ workloads
 
-    def _create_workload(self, namespace: str, name: str) -> None:
-        job = self.store.get("jobs", namespace, name)
+    def _create_workload(self, resource: str, namespace: str, name: str) -> None:
+        job = self.store.get(resource, namespace, name)
         if job is None or self._workload_of(job) is not None:
             return
         meta = job["metadata"]
         priority_class = (meta.get("labels") or {}).get(PRIORITY_LABEL)
         spec: Obj = {
             "active": True,
-            "podSets": [_podset(job)],
+            "podSets": _podsets(job),
             "priority": self._priority(priority_class),
             "queueName": _queue(job),
         }
@@ -151,7 +162,7 @@ class Kueue:
             "apiVersion": f"{kueue_api.GROUP}/{kueue_api.VERSION}",
             "kind": "Workload",
             "metadata": {
-                "name": workload_name(name, meta["uid"]),
+                "name": workload_name(name, meta["uid"], *_MANAGED[resource]),
                 "namespace": namespace,
                 "labels": {JOB_UID_LABEL: meta["uid"]},
                 "finalizers": [FINALIZER],
@@ -359,16 +370,17 @@ class Kueue:
         self, workload: Obj, cluster_queue: Obj, needs: Resources, assignment: dict[str, str]
     ) -> None:
         cq_name = cluster_queue["metadata"]["name"]
-        count = workload["spec"]["podSets"][0].get("count", 1)
         admission = {
             "clusterQueue": cq_name,
             "podSetAssignments": [
                 {
-                    "count": count,
-                    "flavors": dict(sorted(assignment.items())),
-                    "name": PODSET,
-                    "resourceUsage": {r: str(q) for r, q in sorted(needs.items())},
+                    "count": podset.get("count", 1),
+                    "flavors": {r: f for r, f in sorted(assignment.items()) if r in usage},
+                    "name": podset["name"],
+                    "resourceUsage": {r: str(q) for r, q in sorted(usage.items())},
                 }
+                for podset in workload["spec"]["podSets"]
+                for usage in [_podset_requests(podset)]
             ],
         }
         conditions = [
@@ -406,33 +418,34 @@ class Kueue:
             flavor = self.store.get("resourceflavors", "", flavor_name) or {}
             node_labels.update((flavor.get("spec") or {}).get("nodeLabels") or {})
         updated = copy_obj(job)
-        template = updated["spec"]["template"]
-        meta = template.setdefault("metadata", {})
-        meta["labels"] = {
-            **(meta.get("labels") or {}),
-            _INJECTED[0]: cluster_queue["metadata"]["name"],
-            _INJECTED[1]: workload["spec"].get("queueName", ""),
-            _INJECTED[2]: PODSET,
-        }
-        meta["annotations"] = {
-            **(meta.get("annotations") or {}),
-            WORKLOAD_ANNOTATION: workload["metadata"]["name"],
-        }
-        if node_labels:
-            pod_spec = template.setdefault("spec", {})
-            pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **node_labels}
+        for podset, template in _templates(updated):
+            meta = template.setdefault("metadata", {})
+            meta["labels"] = {
+                **(meta.get("labels") or {}),
+                _INJECTED[0]: cluster_queue["metadata"]["name"],
+                _INJECTED[1]: workload["spec"].get("queueName", ""),
+                _INJECTED[2]: podset,
+            }
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                WORKLOAD_ANNOTATION: workload["metadata"]["name"],
+            }
+            if node_labels:
+                pod_spec = template.setdefault("spec", {})
+                pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **node_labels}
         updated["spec"]["suspend"] = False
         with contextlib.suppress(ApiError):
             stored = self.store.update(
-                "jobs", job["metadata"]["namespace"], updated, validate=False
+                _PLURALS[job["kind"]], job["metadata"]["namespace"], updated, validate=False
             )
             message = f"Admitted by clusterQueue {cluster_queue['metadata']['name']}"
             self._job_event(stored, "Started", message)
 
     def _job_of(self, workload: Obj) -> Obj | None:
         for ref in workload["metadata"].get("ownerReferences") or []:
-            if ref.get("kind") == "Job":
-                job = self.store.get("jobs", workload["metadata"]["namespace"], ref["name"])
+            if ref.get("kind") in _PLURALS:
+                namespace = workload["metadata"]["namespace"]
+                job = self.store.get(_PLURALS[ref["kind"]], namespace, ref["name"])
                 if job is not None and job["metadata"]["uid"] == ref.get("uid"):
                     return job
         return None
@@ -490,7 +503,8 @@ class Kueue:
             }
             stopping["spec"]["suspend"] = True
             with contextlib.suppress(ApiError):
-                self.store.update("jobs", job["metadata"]["namespace"], stopping, validate=False)
+                plural = _PLURALS[job["kind"]]
+                self.store.update(plural, job["metadata"]["namespace"], stopping, validate=False)
 
     def _finish_eviction(self, workload: Obj, job: Obj) -> None:
         """Once an evicted Job's pods are gone: restore its template, give the quota back."""
@@ -501,24 +515,12 @@ class Kueue:
             restored["metadata"]["annotations"] = annotations
         else:
             restored["metadata"].pop("annotations", None)
-        template = restored["spec"]["template"]
-        original = workload["spec"]["podSets"][0].get("template") or {}
-        meta = template.setdefault("metadata", {})
-        meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k not in _INJECTED}
-        kept = {
-            k: v for k, v in (meta.get("annotations") or {}).items() if k != WORKLOAD_ANNOTATION
-        }
-        if kept:
-            meta["annotations"] = kept
-        else:
-            meta.pop("annotations", None)
-        selector = (original.get("spec") or {}).get("nodeSelector")
-        if selector:
-            template["spec"]["nodeSelector"] = dict(selector)
-        else:
-            template["spec"].pop("nodeSelector", None)
+        originals = {p["name"]: p.get("template") or {} for p in workload["spec"]["podSets"]}
+        for podset, template in _templates(restored):
+            _restore(template, originals.get(podset) or {})
         with contextlib.suppress(ApiError):
-            self.store.update("jobs", job["metadata"]["namespace"], restored, validate=False)
+            plural = _PLURALS[job["kind"]]
+            self.store.update(plural, job["metadata"]["namespace"], restored, validate=False)
         message = (_condition(workload, "Evicted") or {}).get("message", "")
         self._job_event(job, "Stopped", message)
         ran = _seconds_since((job.get("status") or {}).get("startTime"))
@@ -545,14 +547,14 @@ class Kueue:
 
     # ------------------------------------------------------------------ the Job's progress
 
-    def _sync_job(self, namespace: str, name: str) -> None:
-        job = self.store.get("jobs", namespace, name)
-        if job is None:
+    def _sync_job(self, resource: str, namespace: str, name: str) -> None:
+        job = self.store.get(resource, namespace, name)
+        if job is None or not _queue(job):
             return
         workload = self._workload_of(job)
         if workload is None or _finished(workload):
             return
-        status = job.get("status") or {}
+        status = self._progress(job)
         if _job_finished(job):
             self._finish(workload, job)
         elif _is_true(workload, "Evicted") and (workload.get("status") or {}).get("admission"):
@@ -563,7 +565,7 @@ class Kueue:
                 message = "At least one pod has failed, waiting for recovery"
                 self._write(workload, [("PodsReady", "False", "WaitForRecovery", message)])
         elif (workload.get("status") or {}).get("admission") and not job["spec"].get("suspend"):
-            count = int(workload["spec"]["podSets"][0].get("count") or 1)
+            count = sum(int(p.get("count") or 1) for p in workload["spec"]["podSets"])
             ready = int(status.get("ready") or 0) + int(status.get("succeeded") or 0)
             if ready >= count and not _is_true(workload, "PodsReady"):
                 message = "All pods reached readiness and the workload is running"
@@ -573,6 +575,20 @@ class Kueue:
                 or (_condition(workload, "PodsReady") or {}).get("reason") == "WaitForRecovery"
             ):
                 self._write(workload, [("PodsReady", "False", *_NOT_READY)])
+
+    def _progress(self, owner: Obj) -> dict[str, int]:
+        """Return a Job's pod counts, or the sums over a JobSet's Jobs."""
+        if owner["kind"] == "Job":
+            jobs = [owner]
+        else:
+            uid = owner["metadata"]["uid"]
+            jobs = [
+                j
+                for j in self.store.iter("jobs", owner["metadata"]["namespace"])
+                if any(r.get("uid") == uid for r in j["metadata"].get("ownerReferences") or [])
+            ]
+        keys = ("active", "terminating", "ready", "succeeded")
+        return {k: sum(int((j.get("status") or {}).get(k) or 0) for j in jobs) for k in keys}
 
     def _finish(self, workload: Obj, job: Obj) -> None:
         failed = _job_condition(job, "Failed")
@@ -711,10 +727,11 @@ class Kueue:
 # ---------------------------------------------------------------------- pure helpers
 
 
-def workload_name(job_name: str, job_uid: str) -> str:
-    """Return the name Kueue gives a Job's Workload: ``job-<name>-<5 hex of sha1>``."""
-    digest = hashlib.sha1(f"Job\nbatch\n{job_name}\n{job_uid}".encode(), usedforsecurity=False)
-    prefix = f"job-{job_name}"[: 252 - 5]
+def workload_name(job_name: str, job_uid: str, kind: str = "Job", group: str = "batch") -> str:
+    """Return the name Kueue gives an owner's Workload: ``job-<name>-<5 hex of sha1>``."""
+    text = f"{kind}\n{group}\n{job_name}\n{job_uid}"
+    digest = hashlib.sha1(text.encode(), usedforsecurity=False)
+    prefix = f"{kind.lower()}-{job_name}"[: 252 - 5]
     return f"{prefix}-{digest.hexdigest()[:5]}"
 
 
@@ -729,16 +746,55 @@ def _queue(job: Obj) -> str:
 
 def _owner(job: Obj) -> Obj:
     return {
-        "apiVersion": "batch/v1",
+        "apiVersion": job["apiVersion"],
         "blockOwnerDeletion": True,
         "controller": True,
-        "kind": "Job",
+        "kind": job["kind"],
         "name": job["metadata"]["name"],
         "uid": job["metadata"]["uid"],
     }
 
 
-def _podset(job: Obj) -> Obj:
+def _podsets(owner: Obj) -> list[Obj]:
+    """Return an owner's podSets: a Job's one, or one per replicated Job of a JobSet."""
+    if owner["kind"] == "Job":
+        return [_podset(owner)]
+    podsets = []
+    for rjob in (owner.get("spec") or {}).get("replicatedJobs") or []:
+        job = {"spec": copy_obj((rjob.get("template") or {}).get("spec") or {})}
+        podset = _podset(job, rjob["name"])
+        podset["count"] *= int(rjob.get("replicas", 1))
+        podsets.append(podset)
+    return podsets
+
+
+def _templates(owner: Obj) -> list[tuple[str, Obj]]:
+    """Return (podSet name, pod template) for each pod template of an owner, to change."""
+    if owner["kind"] == "Job":
+        return [(PODSET, owner["spec"]["template"])]
+    return [
+        (rjob["name"], rjob["template"]["spec"]["template"])
+        for rjob in owner["spec"].get("replicatedJobs") or []
+    ]
+
+
+def _restore(template: Obj, original: Obj) -> None:
+    """Take Kueue's labels, annotation and nodeSelector off a pod template."""
+    meta = template.setdefault("metadata", {})
+    meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k not in _INJECTED}
+    kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k != WORKLOAD_ANNOTATION}
+    if kept:
+        meta["annotations"] = kept
+    else:
+        meta.pop("annotations", None)
+    selector = (original.get("spec") or {}).get("nodeSelector")
+    if selector:
+        template["spec"]["nodeSelector"] = dict(selector)
+    else:
+        template["spec"].pop("nodeSelector", None)
+
+
+def _podset(job: Obj, name: str = PODSET) -> Obj:
     """Return the Job's one podSet: its pod template (the job controller's labels dropped)."""
     spec = job["spec"]
     template = copy_obj(spec["template"])
@@ -754,24 +810,35 @@ def _podset(job: Obj) -> Obj:
         count = min(count, int(spec["completions"]))
     return {
         "count": count,
-        "name": PODSET,
+        "name": name,
         "template": template,
         "topologyRequest": {"podIndexLabel": "batch.kubernetes.io/job-completion-index"},
     }
 
 
-def _requests(workload: Obj) -> Resources:
-    """Return what the workload's podSet asks for in all: one pod's requests times count."""
-    podset = workload["spec"]["podSets"][0]
+def _podset_requests(podset: Obj) -> Resources:
+    """Return what a podSet asks for in all: one pod's requests times its count."""
     per_pod, _ = pod_resources((podset.get("template") or {}).get("spec") or {})
     count = int(podset.get("count") or 1)
     return {name: Quantity(q.value * count, q.format) for name, q in per_pod.items()}
 
 
+def _requests(workload: Obj) -> Resources:
+    """Return what the workload asks for in all, over its podSets."""
+    total: Resources = {}
+    for podset in workload["spec"]["podSets"]:
+        for name, q in _podset_requests(podset).items():
+            total[name] = total[name] + q if name in total else q
+    return total
+
+
 def _resource_requests(workload: Obj) -> list[Obj]:
-    podset = workload["spec"]["podSets"][0]
-    per_pod, _ = pod_resources((podset.get("template") or {}).get("spec") or {})
-    return [{"name": PODSET, "resources": {k: str(v) for k, v in sorted(per_pod.items())}}]
+    found = []
+    for podset in workload["spec"]["podSets"]:
+        per_pod, _ = pod_resources((podset.get("template") or {}).get("spec") or {})
+        resources = {k: str(v) for k, v in sorted(per_pod.items())}
+        found.append({"name": podset["name"], "resources": resources})
+    return found
 
 
 def _missing(
@@ -809,6 +876,8 @@ def _job_condition(job: Obj, kind: str) -> Obj | None:
 
 
 def _job_finished(job: Obj) -> bool:
+    if job["kind"] == "JobSet":
+        return bool((job.get("status") or {}).get("terminalState"))
     return _job_condition(job, "Complete") is not None or _job_condition(job, "Failed") is not None
 
 
