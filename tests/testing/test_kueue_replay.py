@@ -201,6 +201,7 @@ async def replay(name: str, tmp_path: Path) -> tuple[dict[str, Any], Seen]:
             "every Job ends",
             timeout=120,
         )
+        await wait_until(lambda: all_finished(fake), "every Workload is Finished", timeout=30)
         recording[0] = False  # the recording ended here, by deleting the Jobs
         for job in jobs:
             fake.store.delete("jobs", "demo", job["metadata"]["name"], propagation="Background")
@@ -208,6 +209,15 @@ async def replay(name: str, tmp_path: Path) -> tuple[dict[str, Any], Seen]:
             lambda: not fake.objects("workloads", "demo"), "the Workloads go", timeout=30
         )
     return scenario, seen
+
+
+def all_finished(fake: FakeCluster) -> bool:
+    """Return whether every Workload is Finished and has let go of its finalizer."""
+    return all(
+        not w["metadata"].get("finalizers")
+        and any(c["type"] == "Finished" for c in w["status"].get("conditions") or [])
+        for w in fake.objects("workloads", "demo")
+    )
 
 
 def done(fake: FakeCluster, name: str) -> bool:
