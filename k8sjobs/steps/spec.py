@@ -758,11 +758,23 @@ class Step(_Model):
     def _namespace_is_label(cls, value: str | None) -> str | None:
         return check_dns_label(value, "namespace")
 
-    @field_validator("service_account", "queue")
+    @field_validator("service_account")
     @classmethod
     def _names_are_subdomains(cls, value: str | None) -> str | None:
         if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.match(value)):
             raise ValueError(f'"{value}" is not a valid Kubernetes object name')
+        return value
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_is_label_value(cls, value: str | None) -> str | None:
+        # The kueue.x-k8s.io/queue-name label carries it: a label value, 63 characters.
+        if value is not None and (len(value) > 63 or not _DNS_SUBDOMAIN.match(value)):
+            raise ValueError(
+                f'"{value}" is not a valid LocalQueue name for queue (lowercase letters, '
+                "digits, '-' and '.', 63 characters at most: it is the "
+                f"{QUEUE_LABEL} label's value)"
+            )
         return value
 
     @field_validator("priority")
@@ -785,6 +797,12 @@ class Step(_Model):
                 "set queue to a LocalQueue, or use priority_class for the pod's PriorityClass"
             )
             raise _field_error("Step", ("priority",), message, self.priority)
+        if self.queue and QUEUE_LABEL in self.labels:
+            message = (
+                f"queue and labels[{QUEUE_LABEL}] both name the step's LocalQueue; "
+                "keep queue and drop the label"
+            )
+            raise _field_error("Step", ("queue",), message, self.queue)
         if self.priority is not None and PRIORITY_LABEL in self.labels:
             message = (
                 f"priority and labels[{PRIORITY_LABEL}] both set Kueue's priority; "

@@ -55,3 +55,27 @@ def test_a_bad_priority_name_says_what_priority_is(value: str) -> None:
 def test_priority_and_its_raw_label_together_are_refused() -> None:
     with pytest.raises(ValidationError, match="drop the label"):
         queued(labels={PRIORITY_LABEL: "low"})
+
+
+@pytest.mark.parametrize("value", ["a" * 64, "a." * 40 + "b", "q" * 253, "Q_1", ""])
+def test_a_queue_name_that_is_no_label_value_is_refused_naming_queue(value: str) -> None:
+    """queue is the kueue.x-k8s.io/queue-name label's value: 63 characters at most.
+
+    A 64-253 character DNS subdomain was accepted, and the cluster refused the Job (422).
+    """
+    with pytest.raises(ValidationError) as caught:
+        Step(name="s", script="true", queue=value)
+    text = str(caught.value)
+    assert "queue" in text and "LocalQueue" in text and "63" in text
+
+
+def test_a_queue_name_of_63_characters_is_its_label() -> None:
+    step = Step(name="s", script="true", queue="a" * 63)
+    assert step.queue_labels == {QUEUE_LABEL: "a" * 63}
+
+
+def test_queue_and_its_raw_label_together_are_refused() -> None:
+    """Two queue names, one silently lost, were accepted."""
+    with pytest.raises(ValidationError, match="drop the label") as caught:
+        Step(name="s", script="true", queue="lq", labels={QUEUE_LABEL: "other"})
+    assert "queue" in str(caught.value)
