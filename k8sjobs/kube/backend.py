@@ -294,11 +294,14 @@ class StudyWatch:
         if job is not None or self.top(handle.object_name) is not None:
             self.refresh(handle.object_name)
 
-    def _job_changed(self, change: Change) -> None:
+    def _note_uid(self, change: Change) -> None:
         self._by_uid.pop(self._uid_of.pop(change.name, ""), None)
         if change.obj is not None and change.obj["metadata"].get("uid"):
             uid = str(change.obj["metadata"]["uid"])
             self._by_uid[uid], self._uid_of[change.name] = change.name, uid
+
+    def _job_changed(self, change: Change) -> None:
+        self._note_uid(change)
         owner = jobset_of(change.obj) if change.obj is not None else None
         owner = owner or self.jobset_of_job.get(change.name)
         if owner is not None:  # a JobSet's child: recreated on restarts, deleted on success
@@ -337,6 +340,7 @@ class StudyWatch:
         self.refresh(owner)
 
     def _jobset_changed(self, change: Change) -> None:
+        self._note_uid(change)  # Kueue's Workload of a JobSet is owned by the JobSet
         if change.obj is not None:
             self.refresh(change.name)
             return
@@ -482,7 +486,10 @@ class StudyWatch:
         )
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
+        result = judge_admission(result, self.backend._admission(self.namespace, jobset))
         if not result.state.terminal:
+            if result.state is StepState.PREEMPTED and result.progress > handle.result.progress:
+                handle.add_event(eviction_event(result))
             handle.report(result)
             return
         every = [p for n in children for p in pods[n]]

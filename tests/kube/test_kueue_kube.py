@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from k8sjobs.state import StepState
+from k8sjobs.steps.spec import Step
 from k8sjobs.testing import FakeCluster
 
 from ..testing.crdhelpers import established, widget_crd
@@ -185,3 +186,43 @@ async def test_an_attached_queued_step_has_kueues_reason_when_attach_returns(
         assert (found.state, found.result.reason) == (StepState.PENDING, "Misconfigured")
         assert found.result.message == MISCONFIGURED
     assert cluster.requests.count("get", "workloads") == 0
+
+
+async def test_a_queued_jobset_step_says_kueues_reason_from_the_jobsets_workload(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Kueue's Workload of a JobSet is owned by the JobSet, not by a child Job."""
+    await cluster.install_jobset()
+    await _install(cluster)
+    async with session(cluster, tmp_path) as s:
+        handle = await s.submit(
+            Step(name="js", script="$(LAUNCHER) true\n", target="jobset", queue="lq")
+        )
+        name = handle.object_name
+        await wait_until(lambda: cluster.get("jobsets", name) is not None, "the JobSet exists")
+        jobset = cluster.get("jobsets", name)
+        assert jobset is not None and jobset["spec"]["suspend"] is True
+        uid = jobset["metadata"]["uid"]
+        bad = _condition("QuotaReserved", "False", "Misconfigured", MISCONFIGURED)
+        body = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": f"jobset-{name}-1a2b3",
+                "labels": {"kueue.x-k8s.io/job-uid": uid},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                        "kind": "JobSet",
+                        "name": name,
+                        "uid": uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"queueName": "lq"},
+            "status": {"conditions": [bad, NO_RESERVATION]},
+        }
+        cluster.store.create("workloads", "default", body)
+        await wait_until(lambda: handle.result.reason == "Misconfigured", "Kueue's reason")
+        assert (handle.state, handle.result.message) == (StepState.PENDING, MISCONFIGURED)
