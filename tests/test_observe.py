@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -337,3 +339,14 @@ async def test_an_unreachable_collector_does_not_hold_the_event_loop_on_close(
     ticker.cancel()
     # The export's retries ran in a thread: the loop went on meanwhile.
     assert ticks > 1
+
+
+@given(st.dictionaries(st.sampled_from(COLUMNS), st.text()))
+def test_any_values_make_one_line_of_every_column(fields: dict[str, str]) -> None:
+    from k8sjobs.observe.tracefile import row
+
+    line = row(fields)
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert len(line[:-1].split("\t")) == len(COLUMNS)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in line[:-1].replace("\t", ""))
+    assert len(line[:-1].splitlines()) <= 1  # no \u2028 or other line break either
