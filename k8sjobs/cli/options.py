@@ -252,14 +252,21 @@ def add_study(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_study_args(values: Sequence[str]) -> tuple[Path | None, list[str]]:
+def split_study_args(
+    values: Sequence[str], study: str | None = None
+) -> tuple[Path | None, list[str]]:
     """Return (the study file, the rest) of a command's positionals.
 
-    The first positional is the study file when it ends in .yaml/.yml or holds a slash:
-    a step name is a DNS label (with ``[KEY=value]`` for a parameter), never either.
+    The first positional is the study file when it ends in .yaml/.yml or is a file. A slash
+    alone makes it one only without ``--study``: step names may hold one (``a/b``, or a
+    parameter value ``s[F=data/a.csv]``), and with the study named they must stay reachable.
     """
-    if values and (values[0].endswith((".yaml", ".yml")) or "/" in values[0]):
-        return Path(values[0]), list(values[1:])
+    if not values:
+        return None, []
+    first = values[0]
+    is_file = first.endswith((".yaml", ".yml")) or Path(first).is_file()
+    if is_file or (study is None and "/" in first):
+        return Path(first), list(values[1:])
     return None, list(values)
 
 

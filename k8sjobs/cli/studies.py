@@ -271,7 +271,7 @@ def _count(value: str) -> int:
 
 def _select(args: argparse.Namespace, command: str) -> str:
     """Split the positionals into the study file and the steps; return the study's name."""
-    args.study_file, args.steps = split_study_args(args.words)
+    args.study_file, args.steps = split_study_args(args.words, args.study)
     return _study_name(args, command)
 
 

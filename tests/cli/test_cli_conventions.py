@@ -241,3 +241,31 @@ def test_status_says_what_each_step_used_against_what_it_asked(tmp_path: Path) -
     assert "asked for far more than used: greedy: mem 2Gi req, " in run
     wide = k8sjobs(tmp_path, "status", "study.yaml", "-o", "wide", check=0).stdout
     assert re.search(r"^  greedy: mem 2Gi req, [\d.]+Mi peak", wide, re.MULTILINE), wide
+
+
+SLASHED = """
+name: slash
+steps:
+  - name: a/b
+    script: echo from-ab
+  - name: s
+    parameters: {F: [data/a.csv, x/y/z]}
+    script: echo from-$F
+"""
+
+
+def test_a_step_name_holding_a_slash_is_reached_with_study_or_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any step name with "/" (written, or made from a parameter value) is a step for logs
+    and status, by --study or after the study file, never taken as a study file itself."""
+    (tmp_path / "study.yaml").write_text(SLASHED)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "study.yaml"]) == 0
+    for name, said in (("a/b", "from-ab"), ("s[F=data/a.csv]", "from-data/a.csv")):
+        for how in (["--study", "slash"], ["study.yaml"]):
+            capsys.readouterr()
+            assert main(["logs", *how, name]) == 0, capsys.readouterr()
+            assert capsys.readouterr().out == f"{said}\n"
+            assert main(["status", *how, name]) == 0
+            assert name in capsys.readouterr().out
