@@ -929,10 +929,12 @@ class KubernetesBackend:
         if handle is None or handle.done or key in self._replacing:
             return
         state = StepState.CANCELLED if key in self._cancelled else StepState.LOST
+        # The object the step is: a user looks for what the message names.
+        kind = "JobSet" if key in self._jobsets else "Job"
         message = (
             "cancelled by this driver"
             if state is StepState.CANCELLED
-            else ("its Job was deleted by someone else")
+            else f"its {kind} was deleted by someone else"
         )
         reason = "Cancelled" if state is StepState.CANCELLED else "JobDeleted"
         handle.report(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from k8sjobs import Resources, Session, Step
+from k8sjobs.state import StepState
 from k8sjobs.testing import FakeCluster, jobset_crd
 
 from ..waiting import wait_until
@@ -64,3 +65,26 @@ async def test_writes_per_jobset_step(tmp_path: Path, nodes: int, writes: int) -
             results = await s.gather(*handles, timeout=120)
     assert all(r.ok for r in results), [r.describe() for r in results]
     assert sent / steps == writes and created == sent
+
+
+async def test_a_jobset_deleted_under_the_driver_is_lost_naming_the_jobset(
+    tmp_path: Path,
+) -> None:
+    # The step's object is its JobSet: saying "its Job was deleted" sent the user looking
+    # for a Job the step never had.
+    async with FakeCluster("simulate", directory=tmp_path, controller=FAST) as cluster:
+        await cluster.install_jobset()
+        async with session(cluster, tmp_path) as s:
+            step = Step(
+                name="lost",
+                script="true",
+                target="jobset",
+                annotations={"fake.k8sjobs.io/duration": "3600"},
+            )
+            handle = await s.submit(step)
+            launcher = f"{handle.object_name}-launcher-0"
+            await wait_until(lambda: cluster.get("jobs", launcher) is not None, "the launcher")
+            cluster.store.delete("jobsets", "default", handle.object_name)
+            result = await handle.wait(timeout=120)
+    assert result.state is StepState.LOST
+    assert result.message == "its JobSet was deleted by someone else"
