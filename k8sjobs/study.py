@@ -532,6 +532,10 @@ class StepRecord:
         """
         now = datetime.now().astimezone()
         started = result.started_at
+        if self.handle is not None and self.handle.adopted:
+            # The backend found it from an earlier run: its stamps may share the second this
+            # run queued it in, so only the backend can tell (issue 34: re-attach as its end).
+            self.adopted = True
         if self.queued_at is not None and started is not None and not self.adopted:
             # API stamps are whole seconds, cut down: one of this run's is never before the
             # second it was queued in.

@@ -27,6 +27,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,22 @@ class Keeper:
             return int(Path(f"{self.state}.exit").read_text())
         except (OSError, ValueError):
             return None
+
+    def started_at(self) -> str | None:
+        """Return when the keeper started the program (it wrote ``.keeper`` just before)."""
+        return _stamp(Path(f"{self.state}.keeper"))
+
+    def ended_at(self) -> str | None:
+        """Return when the container ended (the keeper wrote ``.exit`` then), else None.
+
+        A driver that adopts a container which ended while no driver watched learns its end
+        from this, not from when it looked (issue 34: an adopted step's end was re-attach).
+        """
+        return _stamp(Path(f"{self.state}.exit"))
+
+    def ended(self) -> bool:
+        """Return whether the container ended: its exit code written, or its keeper gone."""
+        return self.exit_code() is not None or not self.alive()
 
     def signal(self, signum: int) -> None:
         """Signal the keeper, only if it is still the same process."""
@@ -112,6 +129,10 @@ class Orphan:
     status: dict[str, Any]  # its last recorded PodStatus
     keepers: dict[str, Keeper]  # container name: its keeper, living or ended with a code
 
+    def ended(self) -> bool:
+        """Return whether every adopted container of the pod has ended (blocking)."""
+        return all(keeper.ended() for keeper in self.keepers.values())
+
 
 def find_orphans(record: Mapping[str, Any], sandbox: Callable[[str], Path]) -> list[Orphan]:
     """Return the pods of ``record`` with a container still running or ended unseen (blocking).
@@ -145,8 +166,11 @@ def claim(state: Path, pid: int) -> None:
         out.write(f"{pid} {start_time(pid)}\n")
 
 
-def ended_status(status: Mapping[str, Any], codes: Mapping[str, int]) -> dict[str, Any]:
-    """Return the pod's status once its adopted containers ended with ``codes``.
+def ended_status(
+    status: Mapping[str, Any], codes: Mapping[str, int], ends: Mapping[str, str | None]
+) -> dict[str, Any]:
+    """Return the pod's status once its adopted containers ended with ``codes`` at ``ends``
+    (their keepers' records; a container with none ended when this driver saw it).
 
     A container the record shows running that was not adopted (run inside the dead driver,
     as the in-process handoff is) died with its driver: it ends as an error, so the pod fails
@@ -168,7 +192,7 @@ def ended_status(status: Mapping[str, Any], codes: Mapping[str, int]) -> dict[st
             "exitCode": code,
             "reason": "Completed" if code == 0 else "Error",
             "startedAt": started,
-            "finishedAt": finished,
+            "finishedAt": max(ends.get(container["name"]) or finished, started),
         }
         if message:
             terminated["message"] = message
@@ -227,11 +251,22 @@ def _adopted_status(status: Mapping[str, Any], keepers: Mapping[str, Keeper]) ->
     """Return the recorded status with the adopted containers running (as they were)."""
     adopted = copy.deepcopy(dict(status))
     for container in _container_statuses(adopted):
-        if container["name"] in keepers and "running" not in (container.get("state") or {}):
-            container.update(state={"running": {"startedAt": now()}}, started=True)
+        keeper = keepers.get(container["name"])
+        if keeper is not None and "running" not in (container.get("state") or {}):
+            began = keeper.started_at() or now()  # its record may predate the start's save
+            container.update(state={"running": {"startedAt": began}}, started=True)
     if adopted.get("phase") in (None, "Pending"):
         adopted["phase"] = "Running"
     return adopted
+
+
+def _stamp(path: Path) -> str | None:
+    """Return when ``path`` was last written, as Kubernetes stamps times, else None."""
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return None
+    return datetime.fromtimestamp(written, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _keeper_file(state: Path, kind: str) -> Keeper | None:

@@ -221,6 +221,10 @@ class LocalBackend:
             await asyncio.gather(*(k.stop(grace) for o in orphans for k in o.keepers.values()))
             orphans = []
         run = _JobRun(self, handle, manifests, orphans)
+        # Ended while no driver watched: said once, ended, never as pending or running again.
+        run.quiet = bool(orphans) and await anyio.to_thread.run_sync(
+            lambda: all(o.ended() for o in orphans)
+        )
         self._runs[key] = run
         run.start()
 
@@ -411,6 +415,9 @@ class _JobRun:
         self._saving: set[asyncio.Future[None]] = set()
         # Pods a killed driver left running, by completion index: followed, never restarted.
         self.orphans = {_index_of(o.name, manifests.name): o for o in orphans or []}
+        # Every adopted pod had ended before this driver looked: until one runs anew, its
+        # waits and starts are the past, not news (issue 34: RUNNING of a step long ended).
+        self.quiet = False
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._main())
@@ -655,7 +662,8 @@ class _JobRun:
             )
             if code is not None:
                 codes[name] = code
-        pod["status"] = ended_status(orphan.status, codes)
+        ends = {n: orphan.keepers[n].ended_at() for n in names}
+        pod["status"] = ended_status(orphan.status, codes, ends)
         return str(pod["status"]["phase"])
 
     def _gpus_per_pod(self) -> int:
@@ -666,6 +674,7 @@ class _JobRun:
         return sum(int(v) for k, v in limits.items() if k not in ("cpu", "memory"))
 
     async def _run_pod(self, index: int | None) -> str:
+        self.quiet = False  # a new pod runs: its start is news
         pod = self._pod(index)
         name = pod["metadata"]["name"]
         pod["status"] = PodStatus(pod, _ignore).report()  # its containers waiting
@@ -754,7 +763,7 @@ class _JobRun:
 
     def _finish(self, reason: str | None, message: str) -> None:
         status = self.job["status"]
-        now = _now()
+        now = self._pods_end() if self.quiet else _now()
         status["active"] = 0
         interim = status.get("conditions") or []
         if interim:  # a success policy met, or failed indexes: the final condition follows
@@ -784,6 +793,17 @@ class _JobRun:
             for kind in kinds
         ]
         self._judge()
+
+    def _pods_end(self) -> str:
+        """Return when the last of the pods' containers ended: the end of a Job whose pods
+        all ended while no driver watched (the job controller would have seen it then)."""
+        ends = [
+            datetime.fromisoformat(c["state"]["terminated"]["finishedAt"])
+            for pod in self.pods.values()
+            for c in (pod.get("status") or {}).get("containerStatuses") or ()
+            if "terminated" in (c.get("state") or {})
+        ]
+        return max(ends).isoformat() if ends else _now()
 
     def _judge(self, reason: str | None = None) -> None:
         now = datetime.now(UTC)
@@ -819,6 +839,8 @@ class _JobRun:
             return {}
 
     def _publish(self, result: StepResult) -> None:
+        if self.quiet and not result.state.terminal:
+            return
         changed = result.state is not self.handle.result.state
         for handle in (self.handle, *self.followers):
             handle.report(result)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -288,3 +289,60 @@ def test_a_driver_killed_at_any_point_of_a_start_never_runs_the_step_twice(
     assert "step: FAILED" in out and "exited with code 3" in out, out
     assert starts.read_text() == "started\n"
     assert with_word(drivers.word) == []
+
+
+# --- an adopted step's times are the backend's, not the re-attach's ------------------------
+
+
+def _recorded_result(folder: Path) -> dict[str, object]:
+    (path,) = (folder / ".k8sjobs" / "steps").rglob("*.json")
+    return dict(json.loads(path.read_text())["result"])
+
+
+@pytest.mark.parametrize(("code", "ended"), [(0, "SUCCEEDED"), (3, "FAILED")])
+@pytest.mark.parametrize("unwatched", [True, False], ids=["ended-unwatched", "still-running"])
+def test_an_adopted_step_is_reported_with_the_times_its_processes_really_had(
+    tmp_path: Path, drivers: Drivers, code: int, ended: str, unwatched: bool
+) -> None:
+    """Issue 34 item 14: after a kill -9 of its driver, the next run said an adopted step
+    ``SUCCEEDED in 1m 07s`` (its end was the re-attach time) and printed PENDING/RUNNING
+    lines for a step that had already ended. Its end is the keeper's record of the exit, and
+    a step that ended while no driver watched is said once, ended."""
+    release, pid = tmp_path / "release", tmp_path / "pid"
+    study(
+        tmp_path,
+        f"""
+        echo $$ > {pid}
+        until [ -e {release} ]; do sleep 0.05; done
+        exit {code}
+        """,
+    )
+    before = datetime.now(UTC)
+    first = drivers.run()
+    wait_until_sync(lambda: pid.exists() and pid.read_text().strip(), "the step's program")
+    first.kill()
+    first.communicate(timeout=10)
+    if unwatched:
+        release.touch()
+        exits = lambda: list(tmp_path.rglob("run/step.exit"))  # noqa: E731
+        wait_until_sync(exits, "the keeper's record of the program's end")
+    seen_ended = datetime.now(UTC)  # the program ended before this (or had not started to)
+    second = drivers.run()
+    if not unwatched:
+        said = second.stdout
+        assert said is not None
+        wait_until_sync(lambda: "step: RUNNING" in said.readline(), "the adopted step")
+        release.touch()
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == (0 if code == 0 else 1), out + err
+    result = _recorded_result(tmp_path)
+    started = datetime.fromisoformat(str(result["started_at"]))
+    finished = datetime.fromisoformat(str(result["finished_at"]))
+    assert before.replace(microsecond=0) <= started <= finished
+    if unwatched:
+        assert finished <= seen_ended, f"its end is the re-attach time: {result}"
+    lines = [line for line in out.splitlines() if "] step: " in line]
+    assert len([line for line in lines if ended in line]) == 1, out
+    assert "adopted from an earlier run" in lines[-1], out
+    if unwatched:
+        assert len(lines) == 1, f"a step that had ended is said once, ended:\n{out}"
