@@ -178,6 +178,13 @@ ExitCodes = Annotated[list[int], AfterValidator(check_exit_codes)]
 Count = Annotated[int, Field(gt=0, le=INT32_MAX)]
 
 
+def _kueue_label_value(value: str | None, what: str) -> str | None:
+    """Return ``value`` if Kueue can read it from its label (a name, 63 characters at most)."""
+    if value is not None and (len(value) > 63 or not _DNS_SUBDOMAIN.match(value)):
+        raise ValueError(f'"{value}" is not a valid {what}')
+    return value
+
+
 def _field_error(
     model: str, loc: tuple[str | int, ...], message: str, value: Any
 ) -> ValidationError:
@@ -768,26 +775,20 @@ class Step(_Model):
     @field_validator("queue")
     @classmethod
     def _queue_is_label_value(cls, value: str | None) -> str | None:
-        # The kueue.x-k8s.io/queue-name label carries it: a label value, 63 characters.
-        if value is not None and (len(value) > 63 or not _DNS_SUBDOMAIN.match(value)):
-            raise ValueError(
-                f'"{value}" is not a valid LocalQueue name for queue (lowercase letters, '
-                "digits, '-' and '.', 63 characters at most: it is the "
-                f"{QUEUE_LABEL} label's value)"
-            )
-        return value
+        return _kueue_label_value(
+            value,
+            f"LocalQueue name for queue (lowercase letters, digits, '-' and '.', 63 "
+            f"characters at most: it is the {QUEUE_LABEL} label's value)",
+        )
 
     @field_validator("priority")
     @classmethod
     def _priority_is_name(cls, value: str | None) -> str | None:
-        # A label value too: at most 63 characters.
-        if value is not None and (len(value) > 63 or not _DNS_SUBDOMAIN.match(value)):
-            raise ValueError(
-                f'"{value}" is not a valid WorkloadPriorityClass name (priority is Kueue\'s, '
-                "the kueue.x-k8s.io/priority-class label; the pod's PriorityClass is "
-                "priority_class)"
-            )
-        return value
+        return _kueue_label_value(
+            value,
+            "WorkloadPriorityClass name (priority is Kueue's, the "
+            "kueue.x-k8s.io/priority-class label; the pod's PriorityClass is priority_class)",
+        )
 
     @model_validator(mode="after")
     def _priority_is_queued(self) -> Step:
