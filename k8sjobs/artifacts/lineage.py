@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._printable import printable
-from ..errors import ArtifactNotFound
+from ..errors import ArtifactNotFound, InvalidReference
 from . import _media
 from ._reference import pin
 from .stepcache import CacheStore
@@ -52,6 +52,7 @@ class Origin:
     inputs: dict[str, Origin] = field(default_factory=dict)
     missing: bool = False  # the store no longer has it
     unread: str = ""  # why its inputs were not followed (depth or size bound), or ""
+    invalid: str = ""  # why the reference an input names cannot be read at all, or ""
 
     @property
     def source(self) -> bool:
@@ -73,6 +74,7 @@ class Origin:
                     **origin.facts,
                     **({"missing": True} if origin.missing else {}),
                     **({"unread": origin.unread} if origin.unread else {}),
+                    **({"invalid": origin.invalid} if origin.invalid else {}),
                     "inputs": {},
                 }
             if made:
@@ -94,6 +96,8 @@ class Origin:
 
 
 def _describe(origin: Origin) -> str:
+    if origin.invalid:
+        return f"not a reference: {origin.invalid}"
     if origin.missing:
         return "not in the store"
     if origin.source:
@@ -164,6 +168,11 @@ async def _read(
         if root:
             raise
         return Origin(ref, missing=True), {}
+    except InvalidReference as exc:
+        if root:
+            raise  # the user's own reference: main says it is bad input
+        # another manifest's annotation names it: a node that says so, the walk goes on
+        return Origin(ref, invalid=str(exc)), {}
     pinned = pin(ref, digest) if "@" not in ref else ref
     annotations = _media.decode_manifest(data, ref).annotations
     node = Origin(pinned, {k: annotations[a] for k, a in _FIELDS.items() if a in annotations})

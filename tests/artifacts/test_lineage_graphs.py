@@ -146,3 +146,29 @@ def test_lineage_of_a_reference_the_store_lacks_exits_1_with_one_line(tmp_path: 
         )  # fmt: skip
         assert done.returncode == 1, (words, done.stdout, done.stderr)
         assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=80))
+def test_an_input_reference_that_is_not_one_is_a_node_saying_so_not_a_failed_walk(
+    written: str,
+) -> None:
+    """Another team's manifest can name any text as an input in k8sjobs.io/inputs; the
+    walk shows it as a node (with why it was not read) and ends, where an unparsable one
+    made the whole lineage an InvalidReference (exit 2, as if the user's own was wrong)."""
+    with tempfile.TemporaryDirectory() as work:
+        location = f"oci:{Path(work) / 'store'}"
+        payload = Path(work) / "payload"
+        payload.write_text("x")
+
+        async def run() -> object:
+            async with open_store(location) as store:
+                inputs = json.dumps({"in": written})
+                await store.push("g/a0:v1", [payload], annotations={"k8sjobs.io/inputs": inputs})
+                return await walk(store, "g/a0:v1")  # type: ignore[arg-type]
+
+        tree = asyncio.run(run())
+        lines = tree.lines()  # type: ignore[attr-defined]
+        assert len(lines) == 2 and not any(unsafe(c) for line in lines for c in line)
+        json.dumps(tree.to_json())  # type: ignore[attr-defined]
+        ro_crate(tree)  # type: ignore[arg-type]
