@@ -175,6 +175,8 @@ class LiveView:
         self.draws = 0
         #: A line above the steps about the driver itself (``Progress.notice``).
         self.notice: str | None = None
+        #: Steps whose wait is not news yet (shorter than ``WAIT_NOTICE``): drawn without it.
+        self.unsaid: set[str] = set()
 
     def change(self, result: StepResult) -> None:
         """Take a step's new result (the cost does not depend on the study's size)."""
@@ -185,6 +187,8 @@ class LiveView:
             self._order[result.name] = len(self._order)
         self.counts[result.state] += 1
         self.results[result.name] = result
+        if result.state is not StepState.PENDING:
+            self.unsaid.discard(result.name)
         self._running.pop(result.name, None)
         if result.state is StepState.RUNNING:
             self._running[result.name] = None
@@ -229,7 +233,13 @@ class LiveView:
             yield Text(self.notice, style="bold yellow")
         if len(rows) < len(self.results):
             yield Text(self.summary() + f" (showing {len(rows)}: running, then latest)")
-        yield status_table(rows)
+        yield status_table(self._shown(r) for r in rows)
+
+    def _shown(self, result: StepResult) -> StepResult:
+        """Return ``result`` as drawn: a wait not news yet has no reason in its cell."""
+        if result.name in self.unsaid:
+            return result.evolve(reason="", message="")
+        return result
 
 
 class Progress:
@@ -299,6 +309,9 @@ class Progress:
         if result.state is not StepState.PENDING and (wait := self._waits.pop(result.name, None)):
             wait.cancel()  # it went on within WAIT_NOTICE: its wait was no news
         if self._live:
+            if _newly_blocked(before, result):  # drawn once the wait is real, as printed
+                self.view.unsaid.add(result.name)
+                self._say_wait_later(result)
             self._ask_draw()
         elif before is None or before.state is not result.state or _newly_blocked(before, result):
             # An end says how long and why; a start says only that it started; a step that
@@ -322,7 +335,10 @@ class Progress:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop to wait on (a test's): say it now
-            self._say_wait(result)
+            if self._live:
+                self.view.unsaid.discard(result.name)  # the caller draws
+            else:
+                self._say_wait(result)
             return
         if (old := self._waits.pop(result.name, None)) is not None:
             old.cancel()
@@ -331,7 +347,10 @@ class Progress:
     def _say_wait(self, result: StepResult) -> None:
         self._waits.pop(result.name, None)
         now = self.view.results.get(result.name)
-        if now is not None and now.state is StepState.PENDING and now.reason == result.reason:
+        if self._live:
+            self.view.unsaid.discard(result.name)
+            self._ask_draw()
+        elif now is not None and now.state is StepState.PENDING and now.reason == result.reason:
             self._say(f"{result.name}: {result.state} ({result.reason}: {result.message})")
 
     def _ask_draw(self) -> None:

@@ -94,3 +94,26 @@ def test_a_preempted_step_says_kueues_words_then_its_quota_wait_once(
         progress.update(quota.evolve(message="insufficient quota, again"))
     out = capsys.readouterr().out
     assert out.count("low: PENDING (WaitingForQuota: insufficient quota") == 1
+
+
+def _drawn(progress: Progress) -> str:
+    out = Console(file=io.StringIO(), width=160)
+    out.print(progress.view)
+    assert isinstance(out.file, io.StringIO)
+    return out.file.getvalue()
+
+
+async def test_the_live_table_shows_a_wait_only_once_it_is_real() -> None:
+    """The live table's reason cell said a short wait (WaitingForResources for 0.1 s) the
+    plain lines no longer print; it says it only after ``WAIT_NOTICE`` of the same wait."""
+    console = Console(file=io.StringIO(), force_terminal=True, width=160)
+    progress = Progress(["a", "b"], console, live=True)
+    with progress:
+        waiting = StepResult(name="a", reason="WaitingForResources", message="2 of 2 slots busy")
+        progress.update(waiting)
+        assert "slots busy" not in _drawn(progress)
+        progress.update(StepResult(name="a", state=StepState.RUNNING))
+        assert not progress._waits and not progress.view.unsaid
+        progress.update(waiting.evolve(name="b"))
+        assert "slots busy" not in _drawn(progress)
+        await wait_until(lambda: "2 of 2 slots busy" in _drawn(progress), "the real wait")
