@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .events import StepEvent
@@ -62,6 +62,10 @@ class Admission:
     reason: str
     message: str
     evictions: int
+    # The Evicted condition's words while it is True: they outlast the EVICTED stage
+    # (Kueue keeps them through the requeued wait), so a watch that missed it still knows.
+    evicted_reason: str = ""
+    evicted_message: str = ""
 
 
 def job_uid(workload: Obj) -> str:
@@ -86,6 +90,17 @@ def admission(workload: Obj) -> Admission:
     )
     reserved = conditions.get("QuotaReserved") or {}
     evicted = conditions.get("Evicted") or {}
+    found = _admission(workload, conditions, reserved, evicted, evictions)
+    if not _true(evicted):
+        return found
+    return replace(
+        found, evicted_reason=_text(evicted, "reason"), evicted_message=_text(evicted, "message")
+    )
+
+
+def _admission(
+    workload: Obj, conditions: Mapping[str, Obj], reserved: Obj, evicted: Obj, evictions: int
+) -> Admission:
     if _true(evicted) and (_true(reserved) or reserved.get("reason") == _NOT_YET_EVALUATED):
         return Admission(
             Stage.EVICTED, _text(evicted, "reason"), _text(evicted, "message"), evictions
@@ -140,17 +155,23 @@ def judge(result: StepResult, found: Admission | None) -> StepResult:
     return result
 
 
-def eviction_event(result: StepResult) -> StepEvent:
-    """Return the history entry of a PREEMPTED ``result``: one per eviction, Kueue's words.
+def eviction_event(found: Admission) -> StepEvent | None:
+    """Return the history entry of ``found``'s latest eviction, Kueue's words; None if none.
 
-    It costs the step nothing ("Ignore"): Kueue requeues it, and its pods' exit 143 spends
-    no retry (a Job's pods deleted by suspension are not counted failed).
+    One per eviction, the same whichever of the Workload's states after it is seen (the
+    eviction itself, or only the requeued wait a relist or a late watch shows). It costs
+    the step nothing ("Ignore"): Kueue requeues it, and its pods' exit 143 spends no retry
+    (a Job's pods deleted by suspension are not counted failed).
     """
+    if not found.evictions or not found.evicted_reason:
+        return None
     return StepEvent(
         time=None,
-        pod=f"eviction {result.evictions}",
-        reason=result.reason,
-        message=f"Kueue evicted the step ({result.reason}): {result.message}; requeued",
+        pod=f"eviction {found.evictions}",
+        reason=found.evicted_reason,
+        message=(
+            f"Kueue evicted the step ({found.evicted_reason}): {found.evicted_message}; requeued"
+        ),
         action="Ignore",
     )
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from k8sjobs.admission import Admission, Stage, admission, job_uid, judge
+from k8sjobs.admission import Admission, Stage, admission, eviction_event, job_uid, judge
 from k8sjobs.events import pod_event
 from k8sjobs.handle import StepHandle
 from k8sjobs.state import StepResult, StepState
@@ -262,3 +262,25 @@ def test_a_requeued_step_re_attached_waits_a_whole_pending_timeout_again(limit: 
     assert due == since + timedelta(seconds=limit)
     later = judge_job(job, [], now=due, pending_grace=60, pending_timeout=limit)
     assert later.reason == "PendingTimeout"
+
+
+def test_an_eviction_seen_only_in_the_requeued_wait_is_in_the_history_once() -> None:
+    """kueue-preempted.json's low: a watch that missed the Evicted stage (a relist after
+    410, a driver restarted) still records the eviction, with Kueue's words, and each later
+    state of that round gives the same entry (one per eviction). Before, only a step seen
+    PREEMPTED got it: a step seen RUNNING, then waiting again, had no eviction in its history.
+    """
+    data = json.loads((REFERENCE / "kueue-preempted.json").read_text())
+    lows = [
+        admission(e["object"])
+        for e in data["workload_watch_events"]
+        if e["object"]["metadata"]["name"].startswith("job-low-")
+    ]
+    entries = {eviction_event(found) for found in lows} - {None}
+    waiting = [f for f in lows if f.stage is Stage.WAITING and f.evictions == 1]
+    assert waiting and {eviction_event(f) for f in waiting} == entries
+    (entry,) = entries
+    assert entry is not None and entry.action == "Ignore" and entry.pod == "eviction 1"
+    assert entry.reason == "Preempted" and entry.message.startswith(
+        "Kueue evicted the step (Preempted): Preempted to accommodate"
+    )

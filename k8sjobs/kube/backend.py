@@ -424,7 +424,9 @@ class StudyWatch:
         )
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
-        result = judge_admission(result, self.backend._admission(self.namespace, job))
+        found = self.backend._admission(self.namespace, job)
+        result = judge_admission(result, found)
+        self._record_eviction(handle, found)
         if result.state.terminal:
             unseen = unseen_pods(job, pods, gone)
             ended = result.finished_at if job_name in self._found else None
@@ -442,8 +444,6 @@ class StudyWatch:
                 )
             self.backend._finish(self, handle, job, pods, result)
             return
-        if result.state is StepState.PREEMPTED and result.progress > handle.result.progress:
-            handle.add_event(eviction_event(result))
         handle.report(result)
         if result.state is StepState.PENDING:
             due = pending_deadline(
@@ -456,6 +456,12 @@ class StudyWatch:
             )
             if due is not None:
                 self._arm_timer(job_name, due)
+
+    def _record_eviction(self, handle: StepHandle, found: Admission | None) -> None:
+        """Put the Workload's latest eviction, if any, in the step's history (once each)."""
+        evicted = eviction_event(found) if found is not None else None
+        if evicted is not None:
+            handle.add_event(evicted)
 
     def _refresh_jobset(self, name: str) -> None:
         """Judge one JobSet from the caches (its child Jobs and their pods) for its handle."""
@@ -486,10 +492,10 @@ class StudyWatch:
         )
         if result.name != handle.name or result.log_file != handle.result.log_file:
             result = result.evolve(name=handle.name, log_file=handle.result.log_file)
-        result = judge_admission(result, self.backend._admission(self.namespace, jobset))
+        found = self.backend._admission(self.namespace, jobset)
+        result = judge_admission(result, found)
+        self._record_eviction(handle, found)
         if not result.state.terminal:
-            if result.state is StepState.PREEMPTED and result.progress > handle.result.progress:
-                handle.add_event(eviction_event(result))
             handle.report(result)
             return
         every = [p for n in children for p in pods[n]]
