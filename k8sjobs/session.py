@@ -614,8 +614,16 @@ def _observer(session: Session) -> Observer | None:
         api_requests=lambda: getattr(
             getattr(session._backends.get("kubernetes"), "client", None), "requests", {}
         ),
+        api_outages=lambda: _outages(getattr(session._backends.get("kubernetes"), "health", None)),
         **session._observing,
     )
+
+
+def _outages(health: Any) -> tuple[int, float]:
+    """Return the API server's outages this session and the seconds they lasted (0 locally)."""
+    if health is None:
+        return 0, 0.0
+    return health.outages, health.unreachable_seconds()
 
 
 def _check_namespace(namespace: str | None) -> str | None:

@@ -156,6 +156,8 @@ class ApiHealth:
         self.since: datetime | None = None
         self.cause = ""
         self.outages = 0
+        #: Seconds the ended outages lasted (``unreachable_seconds`` adds the current one).
+        self.outage_seconds = 0.0
         self.given_up: ClusterUnreachable | None = None
         self.on_give_up: Callable[[ClusterUnreachable], None] | None = None
         self._listeners: list[Callable[[ApiHealth], None]] = []
@@ -166,6 +168,12 @@ class ApiHealth:
     def reachable(self) -> bool:
         """Return whether the last request got an answer (True before any request)."""
         return self.since is None
+
+    def unreachable_seconds(self) -> float:
+        """Return the seconds the server was unreachable this session, the current outage too."""
+        if self.since is None:
+            return self.outage_seconds
+        return self.outage_seconds + (datetime.now(UTC) - self.since).total_seconds()
 
     def notice(self) -> str | None:
         """Return the line a live display shows during an outage (None while reachable)."""
@@ -183,6 +191,7 @@ class ApiHealth:
         if self.since is None:
             return
         lasted = (datetime.now(UTC) - self.since).total_seconds()
+        self.outage_seconds += lasted
         log.info(
             "Kubernetes API server %s answers again (unreachable for %.0f s)", self.server, lasted
         )

@@ -63,6 +63,7 @@ def observer_for(
     trace_file: str | os.PathLike[str] | None = None,
     watch_stats: Callable[[], WatchStats] | None = None,
     api_requests: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+    api_outages: Callable[[], tuple[int, float]] | None = None,
 ) -> Observer | None:
     """Return the session's observer, or None when nothing was asked for.
 
@@ -81,7 +82,14 @@ def observer_for(
             recorders.append(_tracer(tracer_provider, study, backend))
         if meter_provider is not None or otel_metrics or metrics_port is not None:
             recorders.append(
-                _metrics(meter_provider, otel_metrics, metrics_port, watch_stats, api_requests)
+                _metrics(
+                    meter_provider,
+                    otel_metrics,
+                    metrics_port,
+                    watch_stats,
+                    api_requests,
+                    api_outages,
+                )
             )
     except BaseException:
         Observer(recorders).close()
@@ -110,10 +118,11 @@ def _metrics(
     port: int | None,
     watch_stats: Callable[[], WatchStats] | None,
     api_requests: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+    api_outages: Callable[[], tuple[int, float]] | None = None,
 ) -> Recorder:
     from .metrics import PrometheusSink, Sink, StepMetrics
 
-    step_metrics = StepMetrics([], watch_stats, api_requests)
+    step_metrics = StepMetrics([], watch_stats, api_requests, api_outages)
     sinks: list[Sink] = []
     if provider is not None or from_env:
         try:

@@ -16,6 +16,8 @@ Prometheus names (the OTel names in docs/observability.md):
     k8sjobs_watch_reconnects_total{reason}       counter: watch requests after the first
     k8sjobs_watch_relists_total{reason}          counter: LISTs (an outage ends in one)
     k8sjobs_api_requests_total{verb,code}        counter: Kubernetes API requests sent
+    k8sjobs_api_outages_total                    counter: times the API server was lost
+    k8sjobs_api_outage_seconds_total             counter: seconds it was unreachable
 """
 
 from __future__ import annotations
@@ -58,11 +60,17 @@ class StepMetrics:
         sinks: list[Sink],
         watch_stats: Callable[[], WatchStats] | None = None,
         api_requests: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+        api_outages: Callable[[], tuple[int, float]] | None = None,
     ) -> None:
         self.sinks = sinks
         self.states: collections.Counter[str] = collections.Counter()
         self._watch_stats = watch_stats
         self._api_requests = api_requests
+        self._api_outages = api_outages
+
+    def outages(self) -> tuple[int, float]:
+        """Return the API server's outages and the seconds it was unreachable (any thread)."""
+        return (0, 0.0) if self._api_outages is None else self._api_outages()
 
     def requests(self) -> dict[tuple[str, str], int]:
         """Return the API requests sent by (verb, code) (a copy, for any thread)."""
@@ -223,3 +231,12 @@ class _Gauges:
         for (verb, code), count in self._metrics.requests().items():
             requests.add_metric([verb, code], count)
         yield requests
+        outages, seconds = self._metrics.outages()
+        yield CounterMetricFamily(
+            "k8sjobs_api_outages", "Times the Kubernetes API server was lost.", value=outages
+        )
+        yield CounterMetricFamily(
+            "k8sjobs_api_outage_seconds",
+            "Seconds the Kubernetes API server was unreachable (the current outage too).",
+            value=seconds,
+        )

@@ -299,6 +299,15 @@ class OtelSink:
 
         meter.create_observable_counter("k8sjobs.api.requests", [requests], unit="{request}")
 
+        def outages(which: int) -> Any:
+            def read(_: Any) -> list[metrics.Observation]:
+                return [metrics.Observation(step_metrics.outages()[which])]
+
+            return read
+
+        meter.create_observable_counter("k8sjobs.api.outages", [outages(0)], unit="{outage}")
+        meter.create_observable_counter("k8sjobs.api.outage.duration", [outages(1)], unit="s")
+
     def count(self, name: str, value: float, labels: Mapping[str, str]) -> None:
         """Add ``value`` to counter ``name``."""
         self._counters[name].add(value, dict(labels))

@@ -130,3 +130,60 @@ def test_bounds_that_fail_at_once_or_never_are_refused_naming_the_option(
 ) -> None:
     with pytest.raises(ValueError, match=f"^{field} must be a number of seconds above 0"):
         KubernetesBackend(**options)
+
+
+async def test_an_outage_is_counted_with_its_seconds_in_both_metric_apis(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from ..test_observe import scrape
+
+    reader = InMemoryMetricReader()
+    s = Session(
+        study="s",
+        kubeconfig=cluster.kubeconfig_path,
+        log_dir=tmp_path / "logs",
+        options={"pending_grace": 0.5},
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        metrics_port=0,
+    )
+    async with s:
+        handle = await s.submit(step("long", duration=1.0))
+        await wait_until(lambda: handle.state is StepState.RUNNING, "the step runs")
+        backend = s.backends["kubernetes"]
+        assert isinstance(backend, KubernetesBackend) and backend.health is not None
+        health = backend.health
+        assert s.observer is not None
+        port = next(r for r in s.observer.recorders if hasattr(r, "sinks")).sinks[-1].port
+        assert scrape(port)["k8sjobs_api_outages_total{}"] == 0
+        server_port = cluster.server.port
+        await cluster.server.stop()
+        await wait_until(lambda: health.outages == 1, "the outage is noticed")
+        await wait_until(lambda: health.unreachable_seconds() > 0, "the outage lasts")
+        during = scrape(port)
+        assert during["k8sjobs_api_outages_total{}"] == 1
+        assert during["k8sjobs_api_outage_seconds_total{}"] > 0
+        await cluster.server.start(port=server_port)
+        assert (await handle.wait(60)).state is StepState.SUCCEEDED
+        await wait_until(lambda: health.reachable, "the server answers again")
+        after = scrape(port)
+        lasted = health.outage_seconds
+        data = reader.get_metrics_data()
+    assert after["k8sjobs_api_outages_total{}"] == 1
+    assert (
+        after["k8sjobs_api_outage_seconds_total{}"]
+        == lasted
+        >= during["k8sjobs_api_outage_seconds_total{}"]
+    )
+    assert data is not None
+    points = {
+        m.name: sum(p.value for p in m.data.data_points)  # type: ignore[union-attr, misc]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name.startswith("k8sjobs.api.outage")
+    }
+    assert points["k8sjobs.api.outages"] == 1
+    assert points["k8sjobs.api.outage.duration"] == lasted
