@@ -350,3 +350,70 @@ def test_any_values_make_one_line_of_every_column(fields: dict[str, str]) -> Non
     assert len(line[:-1].split("\t")) == len(COLUMNS)
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in line[:-1].replace("\t", ""))
     assert len(line[:-1].splitlines()) <= 1  # no \u2028 or other line break either
+
+
+async def test_a_pods_input_pull_and_output_push_are_spans_and_seconds(
+    where: tuple[Maker, FakeCluster | None], tmp_path: Path
+) -> None:
+    make, _cluster = where
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    session = make(
+        tracer_provider=tracer_provider,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        metrics_port=0,
+    )
+    async with session as s:
+        make_step = await s.submit(
+            Step(name="make", script="echo r > out.txt\n", outputs={"out": "out.txt"})
+        )
+        use = await s.submit(
+            Step(
+                name="use",
+                script="cat $K8SJOBS_INPUTS/i/*\n",
+                inputs={"i": make_step.output("out")},
+            )
+        )
+        await s.gather(make_step, use, check=True, timeout=240)
+        assert s.observer is not None
+        port = next(r for r in s.observer.recorders if hasattr(r, "sinks")).sinks[-1].port
+        scraped = scrape(port)
+        natives = {h.name: h.backend.native_of(h) for h in (make_step, use)}  # type: ignore[attr-defined]
+
+    finished = {span.name: span for span in spans.get_finished_spans()}
+    for step_name, child, times in (
+        ("make", "output push", natives["make"].output_push),
+        ("use", "input pull", natives["use"].input_pull),
+        ("use", "output push", None),
+    ):
+        found = [
+            span
+            for span in spans.get_finished_spans()
+            if span.name == child
+            and span.parent is not None
+            and span.parent.span_id == finished[f"step {step_name}"].context.span_id
+        ]
+        if times is None:
+            assert found == []
+            continue
+        assert len(found) == 1
+        assert (found[0].start_time, found[0].end_time) == times
+    assert natives["make"].input_pull is None
+    assert scraped["k8sjobs_artifact_transfer_seconds_count{direction=pull}"] == 1
+    assert scraped["k8sjobs_artifact_transfer_seconds_count{direction=push}"] == 1
+    data = reader.get_metrics_data()
+    assert data is not None
+    transfer = next(
+        m
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "k8sjobs.artifact.transfer"
+    )
+    counts = {
+        str(p.attributes["direction"]): p.count  # type: ignore[index, union-attr]
+        for p in transfer.data.data_points
+    }
+    assert counts == {"pull": 1, "push": 1}

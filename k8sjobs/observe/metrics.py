@@ -12,6 +12,7 @@ Prometheus names (the OTel names in docs/observability.md):
     k8sjobs_step_duration_seconds{result}        histogram: start to end of ended steps
     k8sjobs_step_queue_wait_seconds              histogram: submit to start
     k8sjobs_step_cpu_seconds_total               counter: CPU the ended steps used
+    k8sjobs_artifact_transfer_seconds{direction} histogram: a pod's input pull / output push
     k8sjobs_cache_hits_total / _misses_total     counter: keyed steps reused / run
     k8sjobs_watch_reconnects_total{reason}       counter: watch requests after the first
     k8sjobs_watch_relists_total{reason}          counter: LISTs (an outage ends in one)
@@ -124,6 +125,15 @@ class StepMetrics:
         usage = result.usage
         if usage is not None and usage.cpu_seconds is not None and not cached:
             self._count("k8sjobs_step_cpu_seconds_total", usage.cpu_seconds)
+        for direction, times in (
+            ("pull", track.native.input_pull),
+            ("push", track.native.output_push),
+        ):
+            if times is not None and not cached:
+                seconds = (times[1] - times[0]) / 1e9
+                self._observe(
+                    "k8sjobs_artifact_transfer_seconds", seconds, {"direction": direction}
+                )
 
     def close(self) -> None:
         """Close the sinks."""
@@ -149,6 +159,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "k8sjobs_step_duration_seconds": ("Start to end of ended steps.", ("result",)),
     "k8sjobs_step_queue_wait_seconds": ("Submit to start of steps that ran.", ()),
+    "k8sjobs_artifact_transfer_seconds": (
+        "A pod's input pull (pull) or output push (push), from its containers' states.",
+        ("direction",),
+    ),
 }
 
 

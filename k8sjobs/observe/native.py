@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..render.manifests import MAIN_CONTAINER, PULL_CONTAINER, PUSH_CONTAINER
 
 if TYPE_CHECKING:
     from ..handle import StepHandle
@@ -22,7 +25,10 @@ class Native:
 
     ``job_uid``: the Job's metadata.uid. ``pod``/``node``: the latest pod and the node it was
     bound to. ``pid``: the main process id of a local step. ``restarts``: the latest pod's
-    main container restartCount.
+    main container restartCount. ``input_pull``/``output_push``: (start, end) in nanoseconds
+    since the epoch of the pod's handoff, from its containers' states (None where the pod has
+    none or they have not ended): the pull init container's start to finish, and the main
+    container's finish to the push container's.
     """
 
     job_uid: str = ""
@@ -30,6 +36,8 @@ class Native:
     node: str = ""
     pid: str = ""
     restarts: int | None = None
+    input_pull: tuple[int, int] | None = None
+    output_push: tuple[int, int] | None = None
 
     @property
     def id(self) -> str:
@@ -67,4 +75,39 @@ def native(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> 
         node=str((latest.get("spec") or {}).get("nodeName") or ""),
         pid=pid,
         restarts=restarts,
+        input_pull=_ordered(_ended(status.get("initContainerStatuses"), PULL_CONTAINER)),
+        output_push=_push(containers),
     )
+
+
+def _ended(statuses: object, name: str) -> tuple[int, int] | None:
+    """Return the start and finish (ns) of container ``name`` once terminated, else None."""
+    for item in statuses if isinstance(statuses, list) else []:
+        if isinstance(item, Mapping) and item.get("name") == name:
+            done = (item.get("state") or {}).get("terminated") or {}
+            start, end = _ns(done.get("startedAt")), _ns(done.get("finishedAt"))
+            return None if start is None or end is None else (start, end)
+    return None
+
+
+def _push(containers: object) -> tuple[int, int] | None:
+    """Return the main container's finish to the push container's (ns), once both ended."""
+    main, push = _ended(containers, MAIN_CONTAINER), _ended(containers, PUSH_CONTAINER)
+    if main is None or push is None:
+        return None
+    return _ordered((main[1], push[1]))
+
+
+def _ordered(times: tuple[int, int] | None) -> tuple[int, int] | None:
+    """Return ``times`` with the end never before the start (clocks read to the second)."""
+    return None if times is None else (times[0], max(times))
+
+
+def _ns(text: object) -> int | None:
+    """Return an RFC 3339 time as nanoseconds since the epoch (None if it is not one)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1e9)
+    except ValueError:
+        return None

@@ -184,6 +184,12 @@ class StepTracer:
         for child in (spans.pull, spans.queue, spans.run):
             if child is not None:
                 child.end(end_time=end)
+        for name, times in (
+            ("input pull", track.native.input_pull),
+            ("output push", track.native.output_push),
+        ):
+            if times is not None and not cached:
+                self._child(spans.step, name, times[0]).end(end_time=times[1])
         spans.step.set_attributes(_ended_attributes(track))
         if result.state is not StepState.SUCCEEDED:
             spans.step.set_status(Status(StatusCode.ERROR, result.message or result.reason))
