@@ -9,8 +9,10 @@ backslash escape (``\\t``, ``\\n``, ``\\r``, ``\\\\``, ``\\x07``). An unknown va
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -130,6 +132,31 @@ def header() -> str:
     return "\t".join(COLUMNS) + "\n"
 
 
+def _open_regular(path: Path) -> IO[str]:
+    """Open ``path`` for writing, refusing a FIFO or socket.
+
+    Opened non-blocking so a FIFO with no reader fails at once instead of blocking
+    ``open`` forever; one with a reader is refused too, as its writes would stall the
+    event loop whenever the reader lags. Character devices (``/dev/stdout``) are kept.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise OSError(exc.errno, "a FIFO or socket, not a regular file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class TraceFile:
     """Appends each ended step's row to ``path`` (written at once: a header line first).
 
@@ -140,7 +167,7 @@ class TraceFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         try:
-            self._file: IO[str] | None = self.path.open("w", buffering=1, encoding="utf-8")
+            self._file: IO[str] | None = _open_regular(self.path)
             self._file.write(header())
         except OSError as exc:
             raise ValueError(

@@ -1,0 +1,72 @@
+"""Hostile trace paths (issue 35): a path that is not a regular file is refused at once,
+naming it, instead of blocking the driver (a FIFO with no reader blocked ``open`` forever)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: Bound on the child: a hang is the defect, so the child must end well inside this.
+_BOUND_S = 120
+
+
+def _open_trace_file(path: Path) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import sys\n"
+        "from k8sjobs.observe.tracefile import TraceFile\n"
+        "try:\n"
+        "    TraceFile(sys.argv[1]).close()\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+        "    sys.exit(3)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=_BOUND_S,
+        env=os.environ.copy(),
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "socket"])
+def test_a_trace_path_that_is_not_a_regular_file_is_refused_not_waited_on(
+    tmp_path: Path, kind: str
+) -> None:
+    import socket
+
+    path = tmp_path / f"trace-{kind}"
+    held: socket.socket | None = None
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        held = socket.socket(socket.AF_UNIX)
+        held.bind(str(path))
+    try:
+        done = _open_trace_file(path)
+    finally:
+        if held is not None:
+            held.close()
+    assert done.returncode == 3, done.stderr
+    assert str(path) in done.stdout
+    assert "cannot be written" in done.stdout
+
+
+def test_a_fifo_with_a_reader_is_refused_too(tmp_path: Path) -> None:
+    """A pipe's writes would block the event loop whenever the reader lags."""
+    path = tmp_path / "trace-fifo"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        done = _open_trace_file(path)
+    finally:
+        os.close(reader)
+    assert done.returncode == 3, done.stderr
+    assert "not a regular file" in done.stdout
+    assert "cannot be written" in done.stdout
