@@ -78,3 +78,18 @@ def test_the_plain_progress_lines_print_no_control_character_raw(text: str) -> N
         progress.update(hostile_result(text, StepState.PENDING))
         progress.update(hostile_result(text, StepState.FAILED))
     assert not raw(out.getvalue())
+
+
+@settings(max_examples=40, deadline=None)
+@given(HOSTILE)
+def test_an_error_line_prints_no_control_character_raw(text: str) -> None:
+    """Every command's error goes through print_error; it can quote a registry's answer, a
+    store's annotation or a path, and printed ESC, C1 controls and bidi overrides raw."""
+    import contextlib
+
+    from k8sjobs.cli.options import print_error
+
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out):
+        print_error(f"k8sjobs artifact push: w/{text}: no such file or directory")
+    assert out.getvalue().startswith("error: ") and not raw(out.getvalue())

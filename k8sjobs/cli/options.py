@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.text import Text
 
+from .._printable import printable
 from ..render.manifests import HANDOFF_IMAGE
 from ..steps.spec import check_dns_label
 
@@ -310,8 +311,10 @@ def quote(*words: str) -> str:
 
 
 def print_error(message: str) -> None:
-    """Print ``message`` as one ``error:`` line on stderr, in the CLI's words."""
-    text = " ".join(in_cli_words(message).split())  # one line, whatever the message held
+    """Print ``message`` as one ``error:`` line on stderr, in the CLI's words, its control
+    characters escaped: an error can quote a server, a store or a path (rich drops BEL but
+    passes ESC, C1 controls and bidi overrides)."""
+    text = printable(" ".join(in_cli_words(message).split()))  # one line, whatever it held
     error = Text("error: ", style="bold red").append(text)
     Console(stderr=True, soft_wrap=True).print(error, highlight=False)
 
