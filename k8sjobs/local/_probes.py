@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .agent import SSHD_PORT, socket_path
+from .agent import SSHD_PORT, short_address, socket_path
 
 __all__ = ["probed", "run_readiness"]
 
@@ -91,7 +91,8 @@ async def _tcp(
     agents = env.get("K8SJOBS_AGENT_DIR")
     if port == SSHD_PORT and agents and env.get("HOSTNAME"):
         path = socket_path(agents, env.get("K8SJOBS_AGENT_NAMESPACE", "default"), env["HOSTNAME"])
-        _, writer = await asyncio.open_unix_connection(path)
+        with short_address(path) as address:
+            _, writer = await asyncio.open_unix_connection(address)
     else:
         _, writer = await asyncio.open_connection(handler.get("host") or "127.0.0.1", port)
     writer.close()

@@ -85,6 +85,7 @@ __all__ = [
     "parse_ssh",
     "pod_env",
     "resolve",
+    "short_address",
     "socket_path",
     "termination_message",
 ]
@@ -255,7 +256,7 @@ def _connect(path: str, host: str, port: int = SSHD_PORT) -> socket.socket:
         )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with _short_path(path) as address:
+        with short_address(path) as address:
             sock.connect(address)
     except OSError as error:
         sock.close()
@@ -265,8 +266,13 @@ def _connect(path: str, host: str, port: int = SSHD_PORT) -> socket.socket:
 
 
 @contextlib.contextmanager
-def _short_path(path: str) -> Any:
-    """Yield an address for ``path`` that fits a unix socket address (108 bytes)."""
+def short_address(path: str) -> Any:
+    """Yield an address for ``path`` that fits a unix socket address (108 bytes).
+
+    A longer path (a long hostname under a deep directory, such as pytest's tmp_path) is
+    reached through a descriptor of its directory, so every bind and connect to an agent's
+    socket goes through here.
+    """
     if len(path.encode()) < _SUN_PATH_MAX:
         yield path
         return
@@ -407,7 +413,7 @@ class _Server:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a former pod of this index left it
-        with _short_path(path) as address:
+        with short_address(path) as address:
             server = await asyncio.start_unix_server(self._client, address)
         os.chmod(path, 0o600)
         _write_pid_file()

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from k8sjobs.local.podrunner import PodRunner
 
 from ..waiting import wait_until
@@ -96,9 +98,20 @@ async def test_an_exec_probe_decides_readiness_both_ways(tmp_path: Path) -> None
     assert (await asyncio.wait_for(run, 60))["phase"] == "Succeeded"
 
 
-async def test_a_workers_sshd_port_is_its_agent(tmp_path: Path) -> None:
-    """Port 2222 of a multi-node pod is its agent (the local sshd): Ready once it serves."""
-    cluster = Cluster(PodRunner(tmp_path / "pods", kill_grace=1.0))
+_LONG_HOST = "mpi-workers-0-1" + "-x" * 24  # 63 characters, a hostname's most
+
+
+@pytest.mark.parametrize(
+    ("subdir", "hostname"),
+    [("pods", "mpi-workers-0-1"), ("d" * 100 + "/pods", _LONG_HOST)],
+    ids=["short", "socket-path-past-108-bytes"],
+)
+async def test_a_workers_sshd_port_is_its_agent(
+    tmp_path: Path, subdir: str, hostname: str
+) -> None:
+    """Port 2222 of a multi-node pod is its agent (the local sshd): Ready once it serves,
+    however long its socket's path (a unix address holds 108 bytes)."""
+    cluster = Cluster(PodRunner(tmp_path / subdir, kill_grace=1.0))
     go = tmp_path / "go"
     serve = f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec $K8SJOBS_WORKER_SERVE'
     container = {
@@ -107,8 +120,8 @@ async def test_a_workers_sshd_port_is_its_agent(tmp_path: Path) -> None:
         "command": ["/bin/sh", "-c", serve],
         "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1},
     }
-    pod = make_pod([container], name="mpi-workers-0-1-abcde")
-    pod["spec"].update(hostname="mpi-workers-0-1", subdomain="mpi")
+    pod = make_pod([container], name=f"{hostname}-abcde")
+    pod["spec"].update(hostname=hostname, subdomain="mpi")
     run = asyncio.ensure_future(cluster.run(pod))
     try:
         await wait_until(lambda: any(_running(s) for s in cluster.statuses), "the worker runs")
@@ -116,6 +129,8 @@ async def test_a_workers_sshd_port_is_its_agent(tmp_path: Path) -> None:
         go.touch()
         await wait_until(lambda: _ready(cluster.statuses[-1]), "Ready once the agent listens")
         assert not any(_ready(s) for s in cluster.statuses[:before])
+        (agent,) = tmp_path.rglob(f"{hostname}.sock")
+        assert (len(str(agent).encode()) > 108) == (hostname == _LONG_HOST)
     finally:
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
