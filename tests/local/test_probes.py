@@ -106,9 +106,7 @@ _LONG_HOST = "mpi-workers-0-1" + "-x" * 24  # 63 characters, a hostname's most
     [("pods", "mpi-workers-0-1"), ("d" * 100 + "/pods", _LONG_HOST)],
     ids=["short", "socket-path-past-108-bytes"],
 )
-async def test_a_workers_sshd_port_is_its_agent(
-    tmp_path: Path, subdir: str, hostname: str
-) -> None:
+async def test_a_workers_sshd_port_is_its_agent(tmp_path: Path, subdir: str, hostname: str) -> None:
     """Port 2222 of a multi-node pod is its agent (the local sshd): Ready once it serves,
     however long its socket's path (a unix address holds 108 bytes)."""
     cluster = Cluster(PodRunner(tmp_path / subdir, kill_grace=1.0))
@@ -129,7 +127,7 @@ async def test_a_workers_sshd_port_is_its_agent(
         go.touch()
         await wait_until(lambda: _ready(cluster.statuses[-1]), "Ready once the agent listens")
         assert not any(_ready(s) for s in cluster.statuses[:before])
-        (agent,) = tmp_path.rglob(f"{hostname}.sock")
+        (agent,) = await asyncio.to_thread(lambda: list(tmp_path.rglob(f"{hostname}.sock")))
         assert (len(str(agent).encode()) > 108) == (hostname == _LONG_HOST)
     finally:
         run.cancel()
