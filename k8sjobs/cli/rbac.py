@@ -23,6 +23,8 @@ from ..steps.spec import check_dns_label
 
 __all__ = [
     "DEFAULT_SERVICE_ACCOUNT",
+    "JOBSET_RULES",
+    "KUEUE_RULES",
     "MINICLUSTER_RULES",
     "RULES",
     "Rule",
@@ -108,16 +110,51 @@ MINICLUSTER_RULES: tuple[Rule, ...] = (
 )
 
 
-def _rules(minicluster: bool) -> tuple[Rule, ...]:
-    return RULES + MINICLUSTER_RULES if minicluster else RULES
+#: Added by ``--jobset``: steps with ``target: jobset``. Their child Jobs and pods are the
+#: JobSet controller's, followed through the Job and Pod rules above.
+JOBSET_RULES: tuple[Rule, ...] = (
+    Rule(
+        "jobset.x-k8s.io",
+        "jobsets",
+        ("create", "get", "list", "watch", "delete"),
+        "create a target: jobset step's JobSet; get it when the name is taken; list and watch "
+        "the study's JobSets (one shared watch); delete it to cancel, replace or clean up",
+    ),
+)
+
+#: Added by ``--kueue``: steps with a ``queue``. Read only: Kueue writes the Workloads.
+KUEUE_RULES: tuple[Rule, ...] = (
+    Rule(
+        "kueue.x-k8s.io",
+        "workloads",
+        ("list", "watch"),
+        "follow the Workloads of queued steps (one shared watch) to tell why a step waits: "
+        "not admitted, its queue missing, preempted",
+    ),
+)
+
+
+def _rules(minicluster: bool, jobset: bool = False, kueue: bool = False) -> tuple[Rule, ...]:
+    return (
+        RULES
+        + (MINICLUSTER_RULES if minicluster else ())
+        + (JOBSET_RULES if jobset else ())
+        + (KUEUE_RULES if kueue else ())
+    )
 
 
 def rbac_objects(
-    namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT, *, minicluster: bool = False
+    namespace: str,
+    service_account: str = DEFAULT_SERVICE_ACCOUNT,
+    *,
+    minicluster: bool = False,
+    jobset: bool = False,
+    kueue: bool = False,
 ) -> list[Any]:
     """Return the ServiceAccount, Role and RoleBinding that let k8sjobs run in ``namespace``.
 
-    ``minicluster`` adds the rights Flux Operator steps need (``MINICLUSTER_RULES``).
+    ``minicluster`` adds the rights Flux Operator steps need (``MINICLUSTER_RULES``),
+    ``jobset`` those of JobSet steps (``JOBSET_RULES``), ``kueue`` those of queued steps.
     """
     check_dns_label(namespace, "namespace")
     check_dns_label(service_account, "service account name")
@@ -133,7 +170,7 @@ def rbac_objects(
         "metadata": meta(service_account),
         "rules": [
             {"apiGroups": [r.group], "resources": [r.resource], "verbs": list(r.verbs)}
-            for r in _rules(minicluster)
+            for r in _rules(minicluster, jobset, kueue)
         ],
     }
     binding = {
@@ -151,18 +188,25 @@ def rbac_objects(
 
 
 def rbac_yaml(
-    namespace: str, service_account: str = DEFAULT_SERVICE_ACCOUNT, *, minicluster: bool = False
+    namespace: str,
+    service_account: str = DEFAULT_SERVICE_ACCOUNT,
+    *,
+    minicluster: bool = False,
+    jobset: bool = False,
+    kueue: bool = False,
 ) -> str:
     """Return ``rbac_objects`` as one YAML stream for ``kubectl apply -f -``, rules explained."""
     header = [f"# k8sjobs: the rights it needs in namespace {namespace}, and nothing else."]
-    for rule in _rules(minicluster):
+    for rule in _rules(minicluster, jobset, kueue):
         header += textwrap.wrap(
             f"{rule.resource}: {rule.why}",
             width=98,
             initial_indent="#   ",
             subsequent_indent="#     ",
         )
-    objects = rbac_objects(namespace, service_account, minicluster=minicluster)
+    objects = rbac_objects(
+        namespace, service_account, minicluster=minicluster, jobset=jobset, kueue=kueue
+    )
     body = yaml.safe_dump_all(objects, sort_keys=False)
     return "\n".join(header) + "\n" + body
 
@@ -185,6 +229,16 @@ def add_rbac_command(commands: Any, common: Any) -> None:
         action="store_true",
         help="also the rights of target: minicluster steps (Flux Operator MiniClusters)",
     )
+    parser.add_argument(
+        "--jobset",
+        action="store_true",
+        help="also the rights of target: jobset steps (jobset.x-k8s.io JobSets)",
+    )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also the rights of queued steps (reading kueue.x-k8s.io Workloads)",
+    )
     parser.set_defaults(func=_cmd_rbac)
 
 
@@ -193,5 +247,12 @@ def _cmd_rbac(args: argparse.Namespace) -> int:
         from .options import UsageError
 
         raise UsageError("k8sjobs rbac: name the namespace the steps run in: -n NAMESPACE")
-    sys.stdout.write(rbac_yaml(args.namespace, args.service_account, minicluster=args.minicluster))
+    text = rbac_yaml(
+        args.namespace,
+        args.service_account,
+        minicluster=args.minicluster,
+        jobset=args.jobset,
+        kueue=args.kueue,
+    )
+    sys.stdout.write(text)
     return 0

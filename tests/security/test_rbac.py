@@ -257,3 +257,60 @@ async def test_minicluster_rules_are_exactly_what_a_flux_run_sends(
     assert authorizer.denied == []
     sent = {pair for pair in used(cluster) if pair[1] == "miniclusters"}
     assert sent == pairs(MINICLUSTER_RULES)
+
+
+async def test_jobset_rules_are_exactly_what_a_jobset_run_sends(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    from k8sjobs.cli.rbac import JOBSET_RULES
+
+    await cluster.install_jobset()  # not through RBAC
+    authorizer = Rbac(rules=RULES + JOBSET_RULES)
+    authorizer.install(cluster)
+    async with _session(cluster, tmp_path) as s:
+        assert (await (await s.submit(_step("ok", target="jobset"))).wait(60)).ok
+        slow = await s.submit(_step("slow", duration=30, target="jobset"))
+        await slow.cancel()
+        hidden = _step("hidden", duration=30, target="jobset")
+        body = render(hidden, Target(study="rbac")).job
+        del body["metadata"]["labels"][LABEL_STUDY]  # unseen by the study's watch
+        cluster.store.create("jobsets", "default", body)
+        await s.submit(hidden)  # create: 409, get, adopt
+    assert authorizer.denied == []
+    sent = {pair for pair in used(cluster) if pair[1] == "jobsets"}
+    assert sent == pairs(JOBSET_RULES)
+
+
+async def test_kueue_rules_are_exactly_what_a_queued_step_sends(tmp_path: Path) -> None:
+    from k8sjobs.cli.rbac import KUEUE_RULES
+
+    from ..kube.conftest import FAST
+
+    async with FakeCluster("simulate", directory=tmp_path, controller=FAST, kueue=True) as fake:
+        authorizer = Rbac(rules=RULES + KUEUE_RULES)
+        authorizer.install(fake)
+        async with _session(fake, tmp_path) as s:
+            handle = await s.submit(_step("queued", queue="no-such-queue"))
+            missing = "LocalQueue no-such-queue doesn't exist"
+            await wait_until(lambda: handle.result.message == missing, "Kueue's word, read")
+            await handle.cancel()
+        assert authorizer.denied == []
+        sent = {pair for pair in used(fake) if pair[1] == "workloads"}
+    assert sent == pairs(KUEUE_RULES)
+
+
+@pytest.mark.parametrize("flag", ["--jobset", "--kueue"])
+def test_jobset_and_kueue_flags_add_only_their_rule(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from k8sjobs.cli.rbac import JOBSET_RULES, KUEUE_RULES
+
+    (rule,) = JOBSET_RULES if flag == "--jobset" else KUEUE_RULES
+    jobset = flag == "--jobset"
+    plain = rbac_objects("hpc")[1]["rules"]
+    extended = rbac_objects("hpc", jobset=jobset, kueue=not jobset)[1]["rules"]
+    assert extended[: len(plain)] == plain
+    added = {"apiGroups": [rule.group], "resources": [rule.resource], "verbs": list(rule.verbs)}
+    assert extended[len(plain) :] == [added]
+    assert main(["rbac", "--namespace", "hpc", flag]) == 0
+    assert capsys.readouterr().out == rbac_yaml("hpc", jobset=jobset, kueue=not jobset)
