@@ -93,3 +93,20 @@ def test_an_error_line_prints_no_control_character_raw(text: str) -> None:
     with contextlib.redirect_stderr(out):
         print_error(f"k8sjobs artifact push: w/{text}: no such file or directory")
     assert out.getvalue().startswith("error: ") and not raw(out.getvalue())
+
+
+@settings(max_examples=40, deadline=None)
+@given(HOSTILE, st.sampled_from([("run",), ("cache", "ls"), ()]))
+def test_a_usage_error_quoting_what_was_typed_prints_no_control_character_raw(
+    text: str, command: tuple[str, ...]
+) -> None:
+    """The parser's own error line (an unknown option, command or choice) quotes the words
+    typed; 'unrecognized arguments: --x<U+009B>y' printed the C1 control raw."""
+    import contextlib
+
+    from k8sjobs.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out), contextlib.suppress(SystemExit):
+        main([*command, f"--x{text}", f"y{text}"])
+    assert out.getvalue().startswith("error: ") and not raw(out.getvalue())

@@ -92,7 +92,8 @@ class Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(given, offered, n=1, cutoff=0.5)
             hint = f'; did you mean "{close[0]}"?' if close else ""
             message = f'"{given}" is not a command{hint} (commands: {", ".join(offered)})'
-        self.exit(2, f"error: {self.prog}: {message} (see: {self.prog} --help)\n")
+        # what was typed is quoted back: its control characters escaped, as print_error does
+        self.exit(2, printable(f"error: {self.prog}: {message} (see: {self.prog} --help)") + "\n")
 
 
 #: Each global option: its flags and the keyword arguments of ``add_argument``.
