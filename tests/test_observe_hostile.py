@@ -70,3 +70,55 @@ def test_a_fifo_with_a_reader_is_refused_too(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     assert "not a regular file" in done.stdout
     assert "cannot be written" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("sampler", "arg", "named"),
+    [
+        ("bogus", None, "OTEL_TRACES_SAMPLER='bogus'"),
+        ("traceidratio", "abc", "OTEL_TRACES_SAMPLER_ARG='abc'"),
+        ("parentbased_traceidratio", "7", "OTEL_TRACES_SAMPLER_ARG='7'"),
+        ("traceidratio", "-0.5", "OTEL_TRACES_SAMPLER_ARG='-0.5'"),
+        ("traceidratio", "nan", "OTEL_TRACES_SAMPLER_ARG='nan'"),
+    ],
+)
+def test_a_bad_sampler_or_ratio_is_named_not_silently_sampled_at_one(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    sampler: str,
+    arg: str | None,
+    named: str,
+) -> None:
+    """The SDK fell back to sampling every trace, saying only 'could not convert to float'
+    (for 7, a float) or 'couldn't recognize sampler'; k8sjobs names the variable and the fix."""
+    from k8sjobs.observe import observer_for
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    if arg is None:
+        monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
+    else:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+    observer = observer_for(study="a", backend="local")
+    assert observer is not None
+    try:
+        assert named in caplog.text
+        assert "traces are off" in caplog.text
+    finally:
+        observer.close()
+
+
+@pytest.mark.parametrize("arg", ["0", "0.25", "1"])
+def test_a_good_ratio_is_kept(monkeypatch: pytest.MonkeyPatch, arg: str) -> None:
+    from k8sjobs.observe import observer_for
+    from k8sjobs.observe.otel import StepTracer
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+    observer = observer_for(study="a", backend="local")
+    assert observer is not None
+    try:
+        assert isinstance(observer.recorders[0], StepTracer)
+    finally:
+        observer.close()

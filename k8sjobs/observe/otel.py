@@ -15,6 +15,7 @@ end), "reuse" (a result taken from the cache). Each change of state is an event
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -66,10 +67,54 @@ def env_tracer_provider() -> trace.TracerProvider:
             f"OTEL_TRACES_EXPORTER={name!r} is not one k8sjobs sets up; use otlp, console or "
             "none, or pass Session(tracer_provider=...)"
         )
+    _check_sampler()
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "k8sjobs"})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+_SAMPLERS = frozenset(
+    {
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    }
+)
+
+
+def _check_sampler() -> None:
+    """Raise ValueError naming ``OTEL_TRACES_SAMPLER(_ARG)`` when the SDK would not honour it.
+
+    The SDK falls back to sampling every trace on an unknown name or a ratio outside 0..1,
+    with a message that names neither the variable nor the fix (for 7: "could not convert
+    to float"). A sampler a package registers by entry point is accepted.
+    """
+    from importlib.metadata import entry_points
+
+    name = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if not name:
+        return
+    registered = {e.name for e in entry_points(group="opentelemetry_traces_sampler")}
+    if name not in _SAMPLERS and name not in registered:
+        raise ValueError(
+            f"OTEL_TRACES_SAMPLER={name!r} is not a sampler; use one of "
+            f"{', '.join(sorted(_SAMPLERS | registered))}"
+        )
+    arg = os.environ.get("OTEL_TRACES_SAMPLER_ARG")
+    if name.endswith("traceidratio") and arg is not None:
+        try:
+            ratio = float(arg)
+        except ValueError:
+            ratio = math.nan
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(
+                f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio; give a number from 0 to 1 "
+                "(0.1: one trace in ten)"
+            )
 
 
 def env_meter_provider() -> metrics.MeterProvider:
