@@ -27,9 +27,12 @@ from __future__ import annotations
 import asyncio
 import difflib
 import graphlib
+import hashlib
 import itertools
+import json
 import logging
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -428,12 +431,60 @@ def _inputs(
                 f'{here}: step "{producer}" has no output "{output}" (its outputs: {have})'
             )
         copies = instances[producer]
-        for instance, params in copies:
-            suffix = "-".join(f"{k.lower()}-{v}" for k, v in params.items())
-            name = f"{key}-{suffix}" if len(copies) > 1 or params else key
+        names = fan_in_names(key, [params for _, params in copies])
+        for (instance, _), name in zip(copies, names, strict=True):
             inputs[name] = StepOutput(step=instance, output=output)
             deps.append(instance)
     return inputs
+
+
+# An input's name is an artifact name (steps/spec.py): lowercase, digits, "_.-", at most 128.
+_NAME_LIMIT = 128
+_NOT_IN_NAME = re.compile(r"[^a-z0-9_.-]")
+_HASH_LENGTH = 8
+
+
+def fan_in_names(key: str, copies: Sequence[Mapping[str, str]]) -> list[str]:
+    """Name the inputs ``key`` fans in from a swept step's instances, one per parameter set.
+
+    ``parts`` over ``SHARD: [0, 1]`` gives ``parts-shard-0`` and ``parts-shard-1``. The user
+    never wrote these names, so they must always be valid artifact names: each value is
+    lowercased with other characters made ``-``, and a name whose values changed that way
+    (``HG002``, ``x y``), grew past the length limit, or would equal another's ends in a short
+    hash of the parameter values, so distinct values keep distinct names.
+    """
+    if len(copies) == 1 and not copies[0]:
+        return [key]
+    plain = [_plain_name(key, params) for params in copies]
+    taken = Counter(name for name, _ in plain)
+    names = [
+        name if exact and taken[name] == 1 else _hashed_name(name, params)
+        for (name, exact), params in zip(plain, copies, strict=True)
+    ]
+    if len(set(names)) != len(names):  # a value spelling out another's hashed name
+        names = [
+            _hashed_name(name, params) for (name, _), params in zip(plain, copies, strict=True)
+        ]
+    if len(set(names)) != len(names):  # two hashes alike: 1 in 2**32 per pair
+        raise StudyError(f"inputs.{key}: two instances' parameter values give one input name")
+    return names
+
+
+def _plain_name(key: str, params: Mapping[str, str]) -> tuple[str, bool]:
+    """Return the name of one instance's input, and whether it stands for the values exactly."""
+    parts = [key]
+    exact = True
+    for name, value in params.items():
+        clean = _NOT_IN_NAME.sub("-", value.lower())
+        exact = exact and clean == value and value != ""
+        parts += [_NOT_IN_NAME.sub("-", name.lower()), clean]
+    text = "-".join(parts)
+    return text, exact and len(text) <= _NAME_LIMIT
+
+
+def _hashed_name(name: str, params: Mapping[str, str]) -> str:
+    digest = hashlib.sha256(json.dumps(sorted(params.items())).encode()).hexdigest()
+    return f"{name[: _NAME_LIMIT - _HASH_LENGTH - 1]}-{digest[:_HASH_LENGTH]}"
 
 
 def _producer(

@@ -20,7 +20,14 @@ from k8sjobs import Session, Step, StepOutput, StepResult, StepState, StudyError
 from k8sjobs._boundedyaml import MAX_ALIASES, MAX_DEPTH, MAX_VALUES
 from k8sjobs.cli.main import main
 from k8sjobs.local import LocalBackend
-from k8sjobs.study import MAX_STEPS, MAX_STUDY_BYTES, StepRecord, StudyRun, parse_study
+from k8sjobs.study import (
+    MAX_STEPS,
+    MAX_STUDY_BYTES,
+    StepRecord,
+    StudyRun,
+    fan_in_names,
+    parse_study,
+)
 
 from .fuzz_values import any_values
 
@@ -704,3 +711,56 @@ def test_a_record_times_whole_second_results_on_the_drivers_clock() -> None:
     fine = whole.evolve(started_at=t0 + timedelta(microseconds=5))
     assert StepRecord(fine, running_at=seen_at, ended_at=ended_at).seen() is fine
     assert StepRecord(whole, running_at=seen_at, ended_at=ended_at, adopted=True).seen() is whole
+
+
+# --- names generated for a fan-in are always valid (issue 34 item 18) --------------------
+
+
+_INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,127}$")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.from_regex(r"[a-z0-9][a-z0-9_.-]{0,127}", fullmatch=True),
+    param=st.from_regex(r"[-._a-zA-Z][-._a-zA-Z0-9]{0,40}", fullmatch=True),
+    values=st.lists(st.text(max_size=200), min_size=1, max_size=6, unique=True),
+)
+def test_any_parameter_values_fan_in_as_valid_distinct_names(
+    key: str, param: str, values: list[str]
+) -> None:
+    names = fan_in_names(key, [{param: v} for v in values])
+    assert all(_INPUT_NAME.match(n) for n in names), names
+    assert len(set(names)) == len(values)
+
+
+def test_a_value_spelling_another_values_hashed_name_still_gets_its_own_name() -> None:
+    (hashed,) = fan_in_names("parts", [{"S": "A"}])
+    spelled = hashed.removeprefix("parts-s-")
+    names = fan_in_names("parts", [{"S": "A"}, {"S": spelled}])
+    assert len(set(names)) == 2 and all(_INPUT_NAME.match(n) for n in names)
+
+
+def test_plain_values_keep_their_readable_names() -> None:
+    assert fan_in_names("parts", [{"SHARD": "0"}, {"SHARD": "1"}]) == [
+        "parts-shard-0",
+        "parts-shard-1",
+    ]
+
+
+@pytest.mark.parametrize("values", [["Alpha", "beta"], ["HG002", "HG003"], ["x y", "z"]])
+async def test_a_fan_in_over_values_no_name_allows_runs(tmp_path: Path, values: list[str]) -> None:
+    body = f"""
+        steps:
+          - name: make
+            parameters: {{SAMPLE: {values!r}}}
+            script: echo "$SAMPLE" > out.txt
+            outputs: {{out: out.txt}}
+          - name: gather
+            inputs: {{parts: make.out}}
+            script: cat $K8SJOBS_INPUTS/parts-*/out.txt | sort > {tmp_path}/gathered
+        """
+    run, results = await run_study(tmp_path, body)
+    assert all(r.ok for r in results.values()), results
+    names = sorted(run.study.step("gather").inputs)
+    assert all(_INPUT_NAME.match(n) for n in names) and len(names) == len(values)
+    assert (tmp_path / "gathered").read_text().splitlines() == sorted(values)
