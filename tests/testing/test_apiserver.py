@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -284,6 +285,33 @@ async def test_dropped_watches_end_their_streams(
     assert cluster.faults.drop_watches() == 1
     async with asyncio.timeout(5):
         assert await response.read() == b""
+
+
+async def test_watches_whose_clients_vanish_are_unregistered(cluster: FakeCluster) -> None:
+    """kube-apiserver ends a watch once its client has gone; left registered, each would hold
+    its queue (and take every event) for its 30 minute timeout."""
+    start, tasks, threads = (
+        cluster.store.watcher_count(),
+        asyncio.all_tasks(),
+        threading.active_count(),
+    )
+    host, port = cluster.url.removeprefix("http://").split(":")
+    request = f"GET /api/v1/namespaces/default/configmaps?watch=1 HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    writers = []
+    for _ in range(100):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request.encode())
+        writers.append((reader, writer))
+    await wait_until(lambda: cluster.store.watcher_count() == start + 100, "100 watches open")
+    for i, (reader, writer) in enumerate(writers):
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        if i % 2:
+            writer.transport.abort()  # a reset, as a killed client leaves
+        else:
+            writer.close()  # a clean close, as a client that stopped reading
+    await wait_until(lambda: cluster.store.watcher_count() == start, "the dead watches end")
+    await wait_until(lambda: not asyncio.all_tasks() - tasks - {asyncio.current_task()})
+    assert threading.active_count() == threads
 
 
 async def test_a_slow_watcher_is_dropped_instead_of_blocking_writers(tmp_path: Path) -> None:

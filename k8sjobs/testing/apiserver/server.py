@@ -44,6 +44,8 @@ _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"
 _JSON_PATCH = "application/json-patch+json"
 _DEFAULT_WATCH_TIMEOUT = 1800.0
+# How often a quiet watch looks whether its client has gone (aiohttp tells no handler).
+_LIVENESS = 0.25
 # http.DefaultMaxHeaderBytes, plus the 4 KiB Go's server reads beyond it.
 _MAX_HEADER_BYTES = (1 << 20) + 4096
 
@@ -309,7 +311,7 @@ class ApiServer:
                 # The snapshot's ADDED events, then its end at the snapshot's resourceVersion.
                 await self._send_pending(response, watcher, snapshot[0])
                 await response.write(self._bookmark(res, initial_end=True, rv=snapshot[1]))
-            await self._stream(response, watcher, res, timeout, bookmarks)
+            await self._stream(request, response, watcher, (res, timeout, bookmarks))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -332,17 +334,17 @@ class ApiServer:
 
     async def _stream(
         self,
+        request: web.Request,
         response: web.StreamResponse,
         watcher: Any,
-        res: Resource,
-        timeout: float,
-        bookmarks: bool,
+        how: tuple[Resource, float, bool],
     ) -> None:
+        res, timeout, bookmarks = how
         deadline = time.monotonic() + timeout
         next_bookmark = time.monotonic() + self.bookmark_interval
-        while True:
+        while not _client_gone(request):
             if watcher.silenced:
-                await _until_closed(watcher, deadline)
+                await _until_closed(request, watcher, deadline)
                 return
             await self._send_pending(response, watcher)
             if watcher.closed:
@@ -354,7 +356,7 @@ class ApiServer:
                 await response.write(self._bookmark(res))
                 next_bookmark = now + self.bookmark_interval
             watcher.wakeup.clear()
-            wait = min(deadline, next_bookmark if bookmarks else deadline) - now
+            wait = min(deadline, next_bookmark if bookmarks else deadline, now + _LIVENESS) - now
             try:  # asyncio.timeout: wait_for (3.11) can drop the server's cancellation
                 async with asyncio.timeout(max(wait, 0.001)):
                     await watcher.wakeup.wait()
@@ -791,12 +793,27 @@ def _verb(method: str, name: str, query: Any) -> str:
     return verbs[method]
 
 
-async def _until_closed(watcher: Watcher, deadline: float) -> None:
-    """Hold a silenced watch open, sending nothing, until it is closed or times out."""
+def _client_gone(request: web.Request) -> bool:
+    """Return whether the watch's client has gone (its connection closed or closing).
+
+    aiohttp does not cancel a handler whose client vanished, and a quiet watch writes
+    nothing that could fail, so it would stay registered (its queue filling) until its
+    timeout; kube-apiserver ends it at once.
+    """
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _until_closed(request: web.Request, watcher: Watcher, deadline: float) -> None:
+    """Hold a silenced watch open, sending nothing, until it is closed, times out or its
+    client goes."""
     while not watcher.closed and (left := deadline - time.monotonic()) > 0:
+        if _client_gone(request):
+            return
         watcher.wakeup.clear()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(left):  # not wait_for: it can drop a cancellation
+            # not wait_for: it can drop a cancellation
+            async with asyncio.timeout(min(left, _LIVENESS)):
                 await watcher.wakeup.wait()
 
 
