@@ -158,7 +158,9 @@ def step_key(
         given = environment or {}
         document["key_env"] = {name: given.get(name) for name in step.key_env}
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    # surrogateescape: a key_env value the environment gave as non-UTF-8 bytes keys by
+    # those bytes; every other string encodes exactly as before, so no key changes
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def image_identity(image: str) -> str:

@@ -205,3 +205,17 @@ def test_key_env_keys_the_step_by_each_named_value_of_the_driver_s_environment(
 def test_key_env_names_must_be_environment_variable_names() -> None:
     with pytest.raises(ValueError, match='"a b" is not a valid environment variable name'):
         Step(**{**BASE, "key_env": ["a b"]})
+
+
+@given(st.lists(st.binary(max_size=8), min_size=2, max_size=2))
+def test_key_env_keys_a_value_of_any_bytes_as_the_driver_s_environment_holds_it(
+    raw: list[bytes],
+) -> None:
+    """An environment value need not be UTF-8 (os.environ holds bytes 0x80-0xff as lone
+    surrogates): a step keyed by one got no key at all (UnicodeEncodeError: never cached);
+    it is keyed by the value's bytes, so distinct bytes give distinct keys."""
+    import os
+
+    step = Step(**{**BASE, "key_env": ["TOOL"]})
+    first, second = (step_key(step, {"data": D1}, {"TOOL": os.fsdecode(b)}) for b in raw)
+    assert (first == second) is (raw[0] == raw[1])
