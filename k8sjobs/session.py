@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from . import _gcpace
 from .backend import Backend
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["Session", "default_session", "dependency_failure", "submit_step"]
 
 BackendName = Literal["kubernetes", "local"]
+StepTarget = Literal["job", "jobset", "minicluster"]
 
 
 class Session:
@@ -60,7 +61,8 @@ class Session:
     spends more CPU per step in full collections the more steps it holds.
     ``cache`` (default true) reuses a step's recorded success with the same key instead
     of running it again, and records each success for later runs; false runs every step
-    (docs/reruns.md).
+    (docs/reruns.md). ``target`` is what a step that names no ``target`` of its own
+    runs as ("job", "jobset" or "minicluster"; unset, each step's default, "job").
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Session:
         plain_http: bool = False,
         registry_secret: str | None = None,
         handoff_image: str = HANDOFF_IMAGE,
+        target: StepTarget | None = None,
         log_dir: str | os.PathLike[str] = ".k8sjobs/logs",
         keep_failed: bool = False,
         cache: bool = True,
@@ -89,6 +92,7 @@ class Session:
         self.plain_http = plain_http
         self.registry_secret = registry_secret
         self.handoff_image = handoff_image
+        self.target = _check_target(target)
         self.log_dir = Path(log_dir)
         # Checked as a Step's is, before anything is written: it names directories too
         # (the local backend's sandboxes), which "../x" would leave.
@@ -367,6 +371,17 @@ class Session:
             handoff_image=self.handoff_image,
         )
 
+    def _defaulted(self, step: Step) -> Step:
+        """Return ``step`` with the session's ``target`` if the step names none itself.
+
+        Validated anew, so a field the default's target cannot carry is refused by name,
+        as if the step had said it.
+        """
+        if self.target is None or "target" in step.model_fields_set:
+            return step
+        fields = {name: getattr(step, name) for name in step.model_fields_set}
+        return Step.model_validate({**fields, "target": self.target})
+
     def _upstream(self, step: Step, after: Iterable[StepHandle]) -> list[StepHandle]:
         upstream = list(after)
         for source in step.inputs.values():
@@ -380,6 +395,7 @@ class Session:
         self, step: Step, backend: Backend, after: Iterable[StepHandle]
     ) -> tuple[StepHandle, list[StepHandle]]:
         self._check_open()
+        step = self._defaulted(step)
         found = self._handles.get(step.name)
         if found is not None and found.step is None:
             # Found by attach after a restart: submitting it again adopts what exists
@@ -624,6 +640,14 @@ def _outages(health: Any) -> tuple[int, float]:
     if health is None:
         return 0, 0.0
     return health.outages, health.unreachable_seconds()
+
+
+def _check_target(target: str | None) -> StepTarget | None:
+    """Return ``target`` if None or a Step's target; else raise ValueError saying the fix."""
+    if target is None or target in get_args(StepTarget):
+        return cast("StepTarget | None", target)
+    choices = ", ".join(get_args(StepTarget))
+    raise ValueError(f"Session target {target!r} is not a step target: use one of {choices}")
 
 
 def _check_namespace(namespace: str | None) -> str | None:

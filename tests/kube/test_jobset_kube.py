@@ -88,3 +88,30 @@ async def test_a_jobset_deleted_under_the_driver_is_lost_naming_the_jobset(
             result = await handle.wait(timeout=120)
     assert result.state is StepState.LOST
     assert result.message == "its JobSet was deleted by someone else"
+
+
+async def test_a_session_target_is_the_default_of_steps_that_name_none(tmp_path: Path) -> None:
+    """Session(target="jobset"): a step naming no target runs as a JobSet; one naming
+    "job" stays a Job; a bad value is refused naming it, before anything is sent."""
+    with pytest.raises(ValueError, match="Session target 'jobs' is not a step target"):
+        Session(target="jobs")  # type: ignore[arg-type]
+    async with FakeCluster("simulate", directory=tmp_path, controller=FAST) as cluster:
+        await cluster.install_jobset()
+        async with Session(
+            study="s",
+            kubeconfig=cluster.kubeconfig_path,
+            log_dir=tmp_path / "logs",
+            target="jobset",
+        ) as s:
+            quick = {"fake.k8sjobs.io/duration": "0.05"}
+            defaulted = await s.submit(Step(name="d", script="true", annotations=quick))
+            own = await s.submit(Step(name="j", script="true", target="job", annotations=quick))
+            assert (await defaulted.wait(timeout=120)).ok and (await own.wait(timeout=120)).ok
+            oom = {"factor": 2, "max": "4Gi"}
+            resources = Resources(memory="1Gi")
+            with pytest.raises(ValueError, match="retry_oom is for target: job"):
+                await s.submit(Step(name="r", script="true", resources=resources, retry_oom=oom))
+        assert defaulted.step is not None and defaulted.step.target == "jobset"
+        assert cluster.get("jobsets", defaulted.object_name) is not None
+        assert cluster.get("jobsets", own.object_name) is None
+        assert cluster.get("jobs", own.object_name) is not None
