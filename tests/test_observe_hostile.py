@@ -122,3 +122,36 @@ def test_a_good_ratio_is_kept(monkeypatch: pytest.MonkeyPatch, arg: str) -> None
         assert isinstance(observer.recorders[0], StepTracer)
     finally:
         observer.close()
+
+
+@pytest.mark.parametrize("signal", ["TRACES", "METRICS"])
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "notaurl"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318"),
+        ("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT", "ftp://collector:4318"),
+        ("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT", "http://collector:notaport"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://:4318"),
+    ],
+)
+def test_an_otlp_endpoint_that_is_not_a_url_is_named_at_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    signal: str,
+    variable: str,
+    value: str,
+) -> None:
+    """The exporter took it and said 'Invalid URL' at each export, naming no variable."""
+    from k8sjobs.observe import observer_for
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"):
+        monkeypatch.delenv(name, raising=False)
+    variable = variable.format(signal=signal)
+    monkeypatch.setenv(variable, value)
+    observer = observer_for(study="a", backend="local")
+    assert observer is not None
+    try:
+        assert f"{variable}={value!r} is not an http(s) URL" in caplog.text
+    finally:
+        observer.close()

@@ -19,6 +19,7 @@ import math
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -61,6 +62,7 @@ def env_tracer_provider() -> trace.TracerProvider:
     elif name == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+        _check_endpoints("TRACES")
         exporter = OTLPSpanExporter()
     else:
         raise ValueError(
@@ -123,7 +125,29 @@ def env_meter_provider() -> metrics.MeterProvider:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+    _check_endpoints("METRICS")
     return MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
+
+
+def _check_endpoints(signal: str) -> None:
+    """Raise ValueError naming an OTLP endpoint variable that is not an http(s) URL.
+
+    The exporter took "localhost:4318" or "notaurl" and failed each export later with
+    "Invalid URL", naming no variable; this says so before any step is sent.
+    """
+    for variable in ("OTEL_EXPORTER_OTLP_ENDPOINT", f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"):
+        value = os.environ.get(variable)
+        if not value:
+            continue
+        try:
+            parts = urlsplit(value.strip())
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a port that is not a number, or out of range
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"{variable}={value!r} is not an http(s) URL; give e.g. http://localhost:4318"
+            )
 
 
 class StepTracer:
