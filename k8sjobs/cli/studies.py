@@ -601,12 +601,15 @@ def _console() -> Console:
 
 def _events(handle: Any) -> list[str]:
     """Return what happened to the step's pods; a wait that cleared is history, and a mount
-    of its own ConfigMap that cleared (made just after its Job) is not shown at all."""
+    of its own ConfigMap (made just after its Job) is shown only while the step waits for it
+    past ``status.CONFIGMAP_WINDOW``."""
     cleared = handle.result.state not in (StepState.PENDING, StepState.PREEMPTED)
+    # Within its window the judge reads that mount as the step's start, not a wait: neither.
+    expected = cleared or handle.result.reason == "ContainerCreating"
     return [
         event.describe(cleared=cleared)
         for event in handle.events
-        if not (cleared and event.expected_of(handle.object_name))
+        if not (expected and event.expected_of(handle.object_name))
     ]
 
 

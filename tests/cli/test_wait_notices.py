@@ -117,3 +117,16 @@ async def test_the_live_table_shows_a_wait_only_once_it_is_real() -> None:
         progress.update(waiting.evolve(name="b"))
         assert "slots busy" not in _drawn(progress)
         await wait_until(lambda: "2 of 2 slots busy" in _drawn(progress), "the real wait")
+
+
+@pytest.mark.parametrize(("reason", "shown"), [("ContainerCreating", False), ("FailedMount", True)])
+def test_a_pending_steps_own_configmap_mount_is_shown_only_once_it_is_a_wait(
+    reason: str, shown: bool, tmp_path: Path
+) -> None:
+    """Within CONFIGMAP_WINDOW the judge reads the mount as the step's start
+    (ContainerCreating): status lists no warning; past it (FailedMount), it is the wait."""
+    backend = LocalBackend(state_dir=tmp_path)
+    handle = StepHandle(name="a", study="st", object_name=OWN, namespace="", backend=backend)
+    handle.report(StepResult(name="a", reason=reason, message=MOUNT.message))
+    handle.add_event(MOUNT)
+    assert _events(handle) == ([MOUNT.describe()] if shown else [])
