@@ -98,10 +98,12 @@ class _BoundedLoader(yaml.SafeLoader):
                 continue
             key = self.construct_object(key_node, deep=True)
             try:
-                first = seen.setdefault(key, key_node)
+                first = seen.get(key)
+                seen.setdefault(key, key_node)
             except TypeError:  # an unhashable key: the constructor reports it
                 continue
-            if first is not key_node:
+            # by presence, not identity: an alias key written twice is one node seen twice
+            if first is not None:
                 raise ConstructorError(
                     None,
                     None,

@@ -764,3 +764,16 @@ async def test_a_fan_in_over_values_no_name_allows_runs(tmp_path: Path, values: 
     names = sorted(run.study.step("gather").inputs)
     assert all(_INPUT_NAME.match(n) for n in names) and len(names) == len(values)
     assert (tmp_path / "gathered").read_text().splitlines() == sorted(values)
+
+
+@pytest.mark.parametrize("second", ["*k", "image", "'image'"])
+def test_a_key_written_twice_through_an_alias_is_refused_too(second: str) -> None:
+    """An alias used as a key is the anchored node itself, so the same alias written twice
+    ('*k : a' then '*k : b') was one node seen twice and was loaded keeping the last."""
+    body = f"x: &k image\nsteps:\n  - *k : a\n    {second} : b\n"
+    with pytest.raises(StudyError) as caught:
+        parse_study(body, source="s.yaml")
+    # a second alias is named at its anchor's line (an alias node keeps the anchor's mark)
+    line = 1 if second == "*k" else 4
+    assert str(caught.value).startswith(f"s.yaml:{line}:"), str(caught.value)
+    assert "written twice" in str(caught.value)
