@@ -10,7 +10,6 @@ refuses the step before anything is written.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -41,18 +40,16 @@ def _established(fake: FakeCluster) -> bool:
 async def running(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, Session]]:
     """Yield an executing fake cluster with JobSet installed, and a session on it.
 
-    The cluster's directory is a short one: a pod's agent socket is named after its hostname
-    (``<js>-workers-0-<i>``, longer than a Job's ``<job>-<i>``), and a unix socket's path
-    must stay under 108 bytes, which pytest's own tmp_path leaves no room for.
+    In pytest's own tmp_path: a pod's agent socket (named after its hostname,
+    ``<js>-workers-0-<i>``) then has a path past a unix address's 108 bytes, which the
+    agent and the readiness probe reach through the socket's directory.
     """
-    del tmp_path
-    with tempfile.TemporaryDirectory(dir="/tmp") as short:
-        async with FakeCluster("execute", directory=Path(short)) as cluster:
-            cluster.store.create("customresourcedefinitions", "", jobset_crd())
-            await wait_until(lambda: _established(cluster), "the JobSet CRD is established")
-            kubeconfig = cluster.kubeconfig_path
-            async with Session(study="js", backend="kubernetes", kubeconfig=kubeconfig) as s:
-                yield cluster, s
+    async with FakeCluster("execute", directory=tmp_path) as cluster:
+        cluster.store.create("customresourcedefinitions", "", jobset_crd())
+        await wait_until(lambda: _established(cluster), "the JobSet CRD is established")
+        kubeconfig = cluster.kubeconfig_path
+        async with Session(study="js", backend="kubernetes", kubeconfig=kubeconfig) as s:
+            yield cluster, s
 
 
 def _step(program: str, nodes: int, mpi: str, env: dict[str, str], **fields: Any) -> Step:
