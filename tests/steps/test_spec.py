@@ -305,9 +305,15 @@ def test_bad_namespace_is_refused(namespace: str) -> None:
     refused(lambda: step(namespace=namespace), ("namespace",), "lowercase letters")
 
 
-@pytest.mark.parametrize("field", ["queue", "service_account"])
-def test_bad_object_names_are_refused(field: str) -> None:
-    refused(lambda: step(**{field: "Not Valid"}), (field,), "not a valid Kubernetes object name")
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [
+        ("queue", "not a valid LocalQueue name"),  # a label value too: 63 characters at most
+        ("service_account", "not a valid Kubernetes object name"),
+    ],
+)
+def test_bad_object_names_are_refused(field: str, words: str) -> None:
+    refused(lambda: step(**{field: "Not Valid"}), (field,), words)
 
 
 def test_bad_image_pull_secret_is_refused() -> None:
