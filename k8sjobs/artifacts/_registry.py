@@ -115,6 +115,11 @@ def _location(resp: aiohttp.ClientResponse, base: str, what: str) -> str:
     return urljoin(base, location)
 
 
+#: The most tags one listing gathers (every page of it): a registry that pages without end
+#: must not take the driver's memory.
+MAX_TAGS = 1_000_000
+
+
 def _too_large_tags(repository: str, size: int) -> None:
     raise LimitExceeded(f"Listing tags of {repository}: a page of the answer is {size} bytes.")
 
@@ -675,7 +680,14 @@ class Registry(_transfer.StoreFront):
         ref = self._ref(f"{repository}:latest")
         url: str | None = self._url(ref, "tags/list?n=1000")
         found: list[str] = []
+        seen: set[str] = set()
         while url:
+            if url in seen:  # a Link back to a page read: the listing would never end
+                raise RegistryError(
+                    f"Listing tags of {repository}: the registry links back to a page it "
+                    f"already gave ({url}); its pagination loops."
+                )
+            seen.add(url)
             try:
                 resp = await self._send(
                     "GET", ref, url, f"Listing tags of {repository}", scope=self._scope(ref)
@@ -691,6 +703,10 @@ class Registry(_transfer.StoreFront):
             if not isinstance(tags, list | None):
                 raise RegistryError(f"Listing tags of {repository}: the answer is malformed.")
             found.extend(str(tag) for tag in tags or [])
+            if len(found) > MAX_TAGS:
+                raise LimitExceeded(
+                    f"Listing tags of {repository}: over {MAX_TAGS} tags; is it one repository?"
+                )
             link = resp.links.get("next")
             url = urljoin(url, str(link["url"])) if link else None
         return sorted(found)
