@@ -45,6 +45,7 @@ import yaml
 from pydantic import ValidationError
 
 from ._boundedyaml import YamlLimitError, load_bounded, one_line_error
+from ._printable import printable
 from ._textfile import TextFileError, read_text_file
 from .errors import ClusterUnreachable, StudyBusy, StudyError
 from .handle import StepHandle
@@ -513,8 +514,34 @@ def _describe(exc: ValidationError, spec: Mapping[str, Any], where: _Locator) ->
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field (a typo?)"
+        message += _what_was_given(error)
         lines.append(f'{where(*path)}: step "{spec["name"]}": {field_name}: {message}')
     return "\n".join(lines)
+
+
+# The pydantic error types that say only what was expected; the value given and how to write
+# it are added, since a study file's author cannot see what YAML made of ``queue: yes``.
+_WRONG_VALUE = frozenset({"string_type", "literal_error", "enum"})
+
+
+def _what_was_given(error: Mapping[str, Any]) -> str:
+    """Return ", not VALUE" and the fix for a value of the wrong type or outside a choice."""
+    if error["type"] not in _WRONG_VALUE or "input" not in error:
+        return ""
+    given = error["input"]
+    if isinstance(given, bool):
+        return (
+            f", not the boolean {str(given).lower()} (YAML reads unquoted yes, no, on, off, "
+            "true and false as booleans): write the value in quotes"
+        )
+    if isinstance(given, int | float):
+        return f', not the number {given!r}: write it in quotes, "{given!r}"'
+    if isinstance(given, str):
+        return f', not "{printable(given[:80])}"'
+    if given is None:
+        return ", not null (an empty value): give one, or leave the key out"
+    kind = {list: "a list", dict: "a mapping"}.get(type(given), type(given).__name__)
+    return f", not {kind}: give one value"
 
 
 def _check_acyclic(
