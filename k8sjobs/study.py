@@ -540,8 +540,8 @@ def _what_was_given(error: Mapping[str, Any]) -> str:
         return f', not "{printable(given[:80])}"'
     if given is None:
         return ", not null (an empty value): give one, or leave the key out"
-    kind = {list: "a list", dict: "a mapping"}.get(type(given), type(given).__name__)
-    return f", not {kind}: give one value"
+    kind = "a list" if isinstance(given, list) else "a mapping" if isinstance(given, dict) else ""
+    return f", not {kind or type(given).__name__}: give one value"
 
 
 def _check_acyclic(
