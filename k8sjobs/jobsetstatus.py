@@ -21,7 +21,7 @@ from .events import StepEvent
 from .render.jobset import JOBSET_NAME_LABEL, LAUNCHER, WORKERS, replicated_job_of
 from .render.manifests import ANNOTATION_STEP
 from .state import StepResult, StepState
-from .status import judge, parse_time
+from .status import job_failed, judge, parse_time, transition_time, true_condition
 
 __all__ = ["RESTART_LABEL", "current_jobs", "jobset_of", "judge_jobset", "restart_event"]
 
@@ -86,10 +86,10 @@ def judge_jobset(
         name=step, pods=every_pod, started_at=min((t for t in started if t), default=None)
     )
     restarts = int(status.get("restarts") or 0)
-    failed = _condition(status, "Failed")
+    failed = true_condition(status, "Failed")
     if failed is not None:
         return _failed(base, failed, children, child_result, pods, restarts)
-    completed = _condition(status, "Completed")
+    completed = true_condition(status, "Completed")
     if completed is not None:
         decides = _decider(children)
         usage = child_result(decides).usage if decides else None
@@ -99,10 +99,10 @@ def judge_jobset(
             reason="Completed",
             message=f"the JobSet completed{shown}",
             exit_code=0,
-            finished_at=_transition(completed),
+            finished_at=transition_time(completed),
             usage=usage,
         )
-    suspended = _condition(status, "Suspended")
+    suspended = true_condition(status, "Suspended")
     if suspended is not None or jobset.get("spec", {}).get("suspend"):
         said = str((suspended or {}).get("message") or "the JobSet is suspended")
         return base.evolve(state=StepState.PENDING, reason="Suspended", message=said)
@@ -124,7 +124,7 @@ def restart_event(jobset: Obj) -> StepEvent | None:
     of = f" of {most}" if most is not None else ""
     # Keyed by the JobSet and the attempt: the condition's words change as the set goes on.
     return StepEvent(
-        time=_transition(cond) if cond else None,
+        time=transition_time(cond) if cond else None,
         pod=f"{name} (restart {restarts})",
         reason="Restarted",
         message=f"the JobSet restarted every Job (restart {restarts}{of})"
@@ -147,12 +147,12 @@ def _failed(
         state=StepState.FAILED,
         reason=str(cond.get("reason") or "Failed"),
         message=said,
-        finished_at=_transition(cond),
+        finished_at=transition_time(cond),
     )
     first = _FIRST_FAILED.search(said)
     name = first[1] if first and first[1] in children else None
     if name is None:  # the message named none (or a Job gone): a failed child, if any
-        name = next((n for n, j in children.items() if _job_failed(j)), None)
+        name = next((n for n, j in children.items() if job_failed(j)), None)
     if name is None:
         return result
     judged: StepResult = child_result(name)
@@ -173,8 +173,8 @@ def _live(
     base: StepResult, status: Obj, children: Mapping[str, Obj], child_result: Any
 ) -> StepResult:
     """Return PENDING or RUNNING: the launcher's state once it exists, else the workers'."""
-    restarting = _condition(status, "RestartingJobSet")
-    failed = next((n for n, j in children.items() if _job_failed(j)), None)
+    restarting = true_condition(status, "RestartingJobSet")
+    failed = next((n for n, j in children.items() if job_failed(j)), None)
     if failed is not None:
         # A child Job failed; the controller decides whether the set restarts or fails.
         said = child_result(failed).message
@@ -225,24 +225,6 @@ def _has_launcher_spec(children: Mapping[str, Obj]) -> bool:
         if int(labels.get("jobset.sigs.k8s.io/global-replicas") or 1) > len(children):
             return True
     return False
-
-
-def _job_failed(job: Obj) -> bool:
-    return any(
-        c.get("type") in ("Failed", "FailureTarget") and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or ()
-    )
-
-
-def _condition(status: Obj, kind: str) -> Obj | None:
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return cond  # type: ignore[no-any-return]
-    return None
-
-
-def _transition(cond: Obj) -> datetime | None:
-    return parse_time(cond.get("lastTransitionTime"))
 
 
 def _restarts(count: int) -> str:

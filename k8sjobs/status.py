@@ -110,16 +110,16 @@ def judge(
     gone = list(gone)
     base = _base(job, ordered)
     status = job.get("status") or {}
-    failed = _condition(status, _FAILED_CONDITIONS)
+    failed = true_condition(status, *_FAILED_CONDITIONS)
     if failed is not None:
         every = sorted([*gone, *ordered], key=_pod_order)
         result = _failed(base, job, failed, every).evolve(usage=_usage(every))
         if result.reason == "DeadlineExceeded" and not _ever_ran(every):
             return _never_ran(result, job, ordered, gone, warnings)
         return result
-    complete = _condition(status, _COMPLETE_CONDITIONS)
+    complete = true_condition(status, *_COMPLETE_CONDITIONS)
     if complete is not None:
-        finished = parse_time(status.get("completionTime")) or _transition(complete)
+        finished = parse_time(status.get("completionTime")) or transition_time(complete)
         message = ""
         if complete.get("reason") == "SuccessPolicy":
             # SuccessCriteriaMet comes first: the step is done, the workers are being stopped.
@@ -255,7 +255,7 @@ def unseen_pods(job: Obj, pods: Iterable[Obj], gone: Iterable[Obj] = ()) -> int:
     (a FailureTarget comes before the count). A deleted pod (``gone``) has ended.
     """
     status = job.get("status") or {}
-    if _condition(status, (*_FAILED_CONDITIONS, *_COMPLETE_CONDITIONS)) is None:
+    if true_condition(status, *_FAILED_CONDITIONS, *_COMPLETE_CONDITIONS) is None:
         return 0
     ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Failed", "Succeeded")]
     ended += list(gone)
@@ -282,7 +282,8 @@ def _pod_order(pod: Obj) -> tuple[str, str]:
     return (str(meta.get("creationTimestamp", "")), str(meta.get("name", "")))
 
 
-def _condition(status: Obj, types: tuple[str, ...]) -> Obj | None:
+def true_condition(status: Obj, *types: str) -> Obj | None:
+    """Return the first condition of ``types`` (in that order of preference) that is True."""
     for wanted in types:
         for cond in status.get("conditions") or ():
             if cond.get("type") == wanted and cond.get("status") == "True":
@@ -290,8 +291,14 @@ def _condition(status: Obj, types: tuple[str, ...]) -> Obj | None:
     return None
 
 
-def _transition(cond: Obj) -> datetime | None:
+def transition_time(cond: Obj) -> datetime | None:
+    """Return when ``cond`` last changed, None if the server did not say."""
     return parse_time(cond.get("lastTransitionTime"))
+
+
+def job_failed(job: Obj) -> bool:
+    """Return whether the job controller has judged ``job`` failed (or is about to)."""
+    return true_condition(job.get("status") or {}, *_FAILED_CONDITIONS) is not None
 
 
 def _container(pod: Obj, name: str, *, init: bool = False) -> Obj | None:
@@ -341,7 +348,7 @@ def _failed(base: StepResult, job: Obj, cond: Obj, pods: list[Obj]) -> StepResul
         state=StepState.FAILED,
         reason=job_reason,
         message=str(cond.get("message") or job_reason),
-        finished_at=_transition(cond),
+        finished_at=transition_time(cond),
     )
     failed_pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
     if not failed_pods:  # the pod is gone unseen: the controller's message may name its code
@@ -609,7 +616,7 @@ def _pending(
 ) -> StepResult:
     spec = job.get("spec") or {}
     status = job.get("status") or {}
-    suspended = _condition(status, ("Suspended",))
+    suspended = true_condition(status, "Suspended")
     if spec.get("suspend") or suspended is not None:
         queue = ((job.get("metadata") or {}).get("labels") or {}).get("kueue.x-k8s.io/queue-name")
         where = f' in queue "{queue}"' if queue else ""

@@ -105,16 +105,10 @@ class EventWatch:
         self._task = asyncio.create_task(self._run(), name=f"k8sjobs-watch-events-{namespace}")
 
     async def _run(self) -> None:
-        try:
-            await self.informer.run()
-        except ApiError as exc:  # refused before it listed (403): the steps go on without
-            log.warning(
-                'Warning Events in namespace "%s" cannot be followed (%s): why a step waits '
-                "will not be shown; `k8sjobs rbac` grants list and watch on events",
-                self.namespace,
-                exc,
-            )
-            self.informer.synced.set()
+        await self.informer.run_or_do_without(
+            "Warning Events",
+            "why a step waits will not be shown; `k8sjobs rbac` grants list and watch on events",
+        )
 
     async def synced(self) -> None:
         """Return once the first list has been applied (or the watch was refused)."""
@@ -308,16 +302,8 @@ class StudyWatch:
             self._child_changed(change, owner)
             return
         if change.obj is None:
-            for pod in self.pods_by_job.pop(change.name, {}):
-                self._job_of_pod.pop(pod, None)
-            self.gone_by_job.pop(change.name, None)
-            self._found.discard(change.name)
-            held = self._held.pop(change.name, None)
-            if held is not None:
-                held.cancel()
-            if change.name in self.gone:
-                self.gone[change.name].set()
-            self.backend._vanished(self, change.name)
+            self._forget_pods(change.name)
+            self._vanished(change.name)
             return
         self.refresh(change.name)
 
@@ -330,9 +316,7 @@ class StudyWatch:
     def _child_changed(self, change: Change, owner: str) -> None:
         if change.obj is None:
             self.jobset_of_job.pop(change.name, None)
-            for pod in self.pods_by_job.pop(change.name, {}):
-                self._job_of_pod.pop(pod, None)
-            self.gone_by_job.pop(change.name, None)
+            self._forget_pods(change.name)
         else:
             self.jobset_of_job[change.name] = owner
             if self.jobsets is None:  # found by attach: a jobset step exists here
@@ -344,13 +328,23 @@ class StudyWatch:
         if change.obj is not None:
             self.refresh(change.name)
             return
-        self._found.discard(change.name)
-        held = self._held.pop(change.name, None)
+        self._vanished(change.name)
+
+    def _forget_pods(self, job: str) -> None:
+        """Drop what is known of the pods of ``job``, a Job that is gone."""
+        for pod in self.pods_by_job.pop(job, {}):
+            self._job_of_pod.pop(pod, None)
+        self.gone_by_job.pop(job, None)
+
+    def _vanished(self, name: str) -> None:
+        """Tell the backend that the top object ``name`` (a Job or a JobSet) is gone."""
+        self._found.discard(name)
+        held = self._held.pop(name, None)
         if held is not None:
             held.cancel()
-        if change.name in self.gone:
-            self.gone[change.name].set()
-        self.backend._vanished(self, change.name)
+        if name in self.gone:
+            self.gone[name].set()
+        self.backend._vanished(self, name)
 
     def _pod_changed(self, change: Change) -> None:
         job = self._job_of(change)

@@ -384,6 +384,20 @@ class Informer:
         self.relists = 0
         self.reconnects = 0
 
+    async def run_or_do_without(self, what: str, loss: str) -> None:
+        """Run until cancelled; a watch refused before it listed (403) costs only ``loss``.
+
+        One WARNING names ``what`` could not be followed, why and ``loss``; the informer
+        then counts as synced, so whoever waits for its first list goes on without it.
+        """
+        try:
+            await self.run()
+        except ApiError as exc:
+            log.warning(
+                '%s in namespace "%s" cannot be followed (%s): %s', what, self.namespace, exc, loss
+            )
+            self.synced.set()
+
     async def run(self) -> None:
         """List and watch until cancelled, resuming after every drop, relisting when needed."""
         failures = churn = 0

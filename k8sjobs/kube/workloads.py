@@ -116,17 +116,11 @@ class WorkloadWatch:
         await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        try:
-            await self.informer.run()
-        except ApiError as exc:  # refused before it listed (403): the steps go on without
-            log.warning(
-                'Kueue\'s Workloads in namespace "%s" cannot be followed (%s): why a queued '
-                "step waits, and its preemption, will not be shown; grant list and watch "
-                "on workloads.kueue.x-k8s.io",
-                self.namespace,
-                exc,
-            )
-            self.informer.synced.set()
+        await self.informer.run_or_do_without(
+            "Kueue's Workloads",
+            "why a queued step waits, and its preemption, will not be shown; grant list and "
+            "watch on workloads.kueue.x-k8s.io",
+        )
 
     def _changed(self, change: Change) -> None:
         if change.obj is None:
