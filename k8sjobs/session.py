@@ -32,7 +32,7 @@ from .render.multinode import SshKey
 from .render.sshkey import key_for
 from .reuse import Reuse
 from .state import StepResult, StepState
-from .steps.spec import Step, StepOutput, check_dns_label
+from .steps.spec import Step, StepOutput, StepTarget, check_dns_label
 
 if TYPE_CHECKING:
     from .kube.watch import WatchStats
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["Session", "default_session", "dependency_failure", "submit_step"]
 
 BackendName = Literal["kubernetes", "local"]
-StepTarget = Literal["job", "jobset", "minicluster"]
 
 
 class Session:

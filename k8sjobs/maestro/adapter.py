@@ -55,7 +55,7 @@ from ..state import StepResult, StepState
 from ..status import judge
 from ..steps.names import is_dns_label, job_name
 from ..steps.scheduling import Affinity
-from ..steps.spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput
+from ..steps.spec import DEFAULT_IMAGE, DEFAULT_LAUNCHER, Step, StepOutput, StepTarget
 from ..steps.volumes import Volume
 from ..sync import run
 
@@ -169,7 +169,7 @@ class StepSettings(_VolumesAndPlacement):
     launch: Literal["ssh", "none"] | None = None
     mpi: Literal["openmpi", "mpich", "intel"] | None = None
     ssh_dir: str | None = None
-    target: Literal["job", "jobset", "minicluster"] | None = None
+    target: StepTarget | None = None
     flux_in_image: bool | None = None
     inputs: dict[str, str] = Field(
         {}, description='name -> "<step>:<output>" of this study, or an artifact reference'
@@ -210,7 +210,7 @@ class BatchSettings(_VolumesAndPlacement):
     mpi: Literal["openmpi", "mpich", "intel"] = "openmpi"
     ssh_dir: str | None = None
     # A Job, or a Flux Operator MiniCluster (k8sjobs/render/minicluster.py).
-    target: Literal["job", "jobset", "minicluster"] = "job"
+    target: StepTarget = "job"
     flux_in_image: bool = False
     study: str | None = Field(None, description="Study name when no Maestro workspace is found.")
     steps: dict[str, StepSettings] = {}

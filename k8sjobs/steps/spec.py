@@ -53,12 +53,16 @@ __all__ = [
     "SecretKeyRef",
     "Step",
     "StepOutput",
+    "StepTarget",
     "Toleration",
     "check_dns_label",
     "find_launcher_calls",
     "parse_duration",
     "parse_quantity",
 ]
+
+#: What a step runs as: a Job, a JobSet or a Flux Operator MiniCluster (docs/steps.md).
+StepTarget = Literal["job", "jobset", "minicluster"]
 
 DEFAULT_IMAGE = "python:3.12-slim"
 DEFAULT_LAUNCHER = "mpirun -np {procs} --host {hosts}"
@@ -602,7 +606,7 @@ class Step(_Model):
     )
     # What runs the step: a Job, a JobSet (k8sjobs/render/jobset.py), or a Flux Operator
     # MiniCluster (k8sjobs/render/minicluster.py).
-    target: Literal["job", "jobset", "minicluster"] = "job"
+    target: StepTarget = "job"
     flux_in_image: bool = Field(False, description="The image has Flux: no Flux view.")
     # Volumes (volumes.py) and scheduling knobs (scheduling.py): each concept in its module.
     volumes: list[Volume] = []
