@@ -94,7 +94,7 @@ def observer_for(
     except BaseException:
         Observer(recorders).close()
         raise
-    return Observer([r for r in recorders if r is not None]) if recorders else None
+    return Observer(recorders) if recorders else None
 
 
 def _tracer(provider: Any, study: str, backend: str) -> Recorder:
