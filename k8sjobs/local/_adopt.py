@@ -135,7 +135,8 @@ class Orphan:
 
 
 def find_orphans(record: Mapping[str, Any], sandbox: Callable[[str], Path]) -> list[Orphan]:
-    """Return the pods of ``record`` with a container still running or ended unseen (blocking).
+    """Return the pods of ``record`` with a container still running or ended unseen, or with
+    every container's end recorded under a result that is not (blocking).
 
     Every container the record does not show ended counts, whatever state it shows (its
     "running" may not have been saved before the driver died): the keeper its sandbox names
@@ -152,7 +153,16 @@ def find_orphans(record: Mapping[str, Any], sandbox: Callable[[str], Path]) -> l
                 keepers[container["name"]] = keeper
         if keepers:
             found.append(Orphan(pod, _adopted_status(status, keepers), keepers))
+        elif _all_ended(status):
+            # Its end is recorded but not the step's result (the driver died between the
+            # two saves): the pod is adopted as it ended, never run again.
+            found.append(Orphan(pod, copy.deepcopy(dict(status)), {}))
     return found
+
+
+def _all_ended(status: Mapping[str, Any]) -> bool:
+    containers = _container_statuses(status)
+    return bool(containers) and all("terminated" in (c.get("state") or {}) for c in containers)
 
 
 def claim(state: Path, pid: int) -> None:
