@@ -2,8 +2,9 @@
 
 ``COLUMNS`` is the stable, documented order (docs/observability.md); new columns are only
 ever appended. Values are escaped so each row stays one line of exactly ``len(COLUMNS)``
-fields: a backslash, tab, newline, carriage return or other control character becomes a
-backslash escape (``\\t``, ``\\n``, ``\\r``, ``\\\\``, ``\\x07``). An unknown value is "-".
+fields: a backslash, tab, newline, carriage return and every other character a terminal
+acts on (a control, a bidi override: ``_printable``'s rule) becomes a backslash escape
+(``\\t``, ``\\n``, ``\\\\``, ``\\x07``, ``\\u202e``). An unknown value is "-".
 ``row`` is pure; ``TraceFile`` appends the row of each step as it ends.
 """
 
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from .._printable import printable
 from ..state import StepResult, StepState
 
 if TYPE_CHECKING:
@@ -52,16 +54,11 @@ _ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def escape(value: str) -> str:
-    """Return ``value`` with backslash, tab, newline and control characters escaped."""
-    out = []
-    for char in value:
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or char in "\u2028\u2029":
-            out.append(f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return "".join(out)
+    """Return ``value`` with backslash, tab, newline and every character a terminal would
+    act on escaped (``_printable``'s rule: controls, bidi overrides, zero-width marks)."""
+    if value.isascii() and value.isprintable() and "\\" not in value:
+        return value  # the common case, without a look at each character
+    return "".join(_ESCAPES.get(char) or printable(char) for char in value)
 
 
 def origin_of(result: StepResult, adopted: bool) -> str:
