@@ -118,7 +118,9 @@ def restart_event(jobset: Obj) -> StepEvent | None:
     cond: Obj = next(
         (c for c in status.get("conditions") or () if c.get("type") == "RestartingJobSet"), {}
     )
-    said = str(cond.get("message") or "")
+    # Only the True condition says why it restarted ("first failed job: ..."); once False
+    # its words are the present ("all jobs are ready", "jobset failed"), not the restart's.
+    said = str(cond.get("message") or "") if cond.get("status") == "True" else ""
     name = str((jobset.get("metadata") or {}).get("name", ""))
     most = _max_restarts(jobset)
     of = f" of {most}" if most is not None else ""

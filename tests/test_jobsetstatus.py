@@ -121,3 +121,17 @@ def test_suspended_is_pending() -> None:
     }
     verdict = judge_jobset(js, [], {}, now=NOW, pending_grace=120)
     assert (verdict.state, verdict.reason) == (StepState.PENDING, "Suspended")
+
+
+def test_a_restart_seen_late_is_not_given_the_present_s_words_as_its_cause() -> None:
+    """A restart first seen after the set went on (by `k8sjobs status`, a relist, a watch
+    that missed the moment): the RestartingJobSet condition is False by then, saying "all
+    jobs are ready" or "jobset failed"; the history said "restart 1: all jobs are ready"."""
+    seen = [
+        js for js, _ in _replay("jobset-failed.json") if (js.get("status") or {}).get("restarts")
+    ]
+    said = [e.message for e in map(restart_event, seen) if e is not None]
+    assert said and any("first failed job: bad-launcher-0" in m for m in said), said
+    for message in said:
+        assert "all jobs are ready" not in message and "jobset failed" not in message, message
+        assert message.startswith("the JobSet restarted every Job (restart 1 of 1)"), message
