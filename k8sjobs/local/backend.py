@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._printable import printable
 from ..artifacts.handoff import OUTPUTS_FILE, read_push_report
 from ..errors import SpecMismatch
 from ..events import StepEvent, pod_event
@@ -251,25 +252,42 @@ class LocalBackend:
         paths = await anyio.to_thread.run_sync(lambda: sorted(folder.glob("*.json")))
         handles = []
         for path in paths:
-            record = json.loads(await anyio.Path(path).read_text())
-            live = self._runs.get(f"{record['namespace']}/{record['object_name']}")
-            if live is not None:
-                handles.append(live.handle)
+            try:
+                handle = await self._attach_record(path)
+            except _UNREADABLE as exc:
+                # Written by a newer k8sjobs (a state this one does not know) or damaged:
+                # the other steps are still shown, this one is named.
+                _log.warning(
+                    "k8sjobs: the step record %s cannot be read (%s: %s), so it is left out; "
+                    "a k8sjobs as new as the one that wrote it reads it, and the next run of "
+                    "the study writes it anew",
+                    path,
+                    type(exc).__name__,
+                    printable(str(exc))[:200],
+                )
                 continue
-            handle = StepHandle(
-                name=record["name"],
-                study=record["study"],
-                object_name=record["object_name"],
-                namespace=record["namespace"],
-                backend=self,
-            )
-            orphans = await self._orphans(record)
-            living = await anyio.to_thread.run_sync(_living, orphans)
-            handle.report(_attached_result(record, orphaned=living))
-            for event in record.get("events", ()):
-                handle.add_event(StepEvent.from_json(event))
             handles.append(handle)
         return handles
+
+    async def _attach_record(self, path: Path) -> StepHandle:
+        """Return the handle of the step recorded at ``path`` (raises if it cannot be read)."""
+        record = json.loads(await anyio.Path(path).read_text())
+        live = self._runs.get(f"{record['namespace']}/{record['object_name']}")
+        if live is not None:
+            return live.handle
+        handle = StepHandle(
+            name=record["name"],
+            study=record["study"],
+            object_name=record["object_name"],
+            namespace=record["namespace"],
+            backend=self,
+        )
+        orphans = await self._orphans(record)
+        living = await anyio.to_thread.run_sync(_living, orphans)
+        handle.report(_attached_result(record, orphaned=living))
+        for event in record.get("events", ()):
+            handle.add_event(StepEvent.from_json(event))
+        return handle
 
     async def cancel(self, handle: StepHandle) -> None:
         """Stop the step: its processes get SIGTERM, then SIGKILL after the grace time."""
@@ -944,6 +962,10 @@ def _alive(record: Mapping[str, Any]) -> bool:
     except (ProcessLookupError, PermissionError, OverflowError):
         return False
     return True
+
+
+# What reading a step record raises when a newer k8sjobs wrote it or it is damaged.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError)
 
 
 def _living(orphans: list[Orphan]) -> bool:
