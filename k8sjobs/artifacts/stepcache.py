@@ -374,16 +374,47 @@ class StepCache:
         await self._put(key, {_CLEARED: when.isoformat()})
         return True
 
+    async def clear_all(self, keys: Sequence[str], when: datetime) -> list[str]:
+        """Clear the record of each of ``keys`` (as ``clear``); return the keys that had one.
+
+        In a layout, every mark is written in one rewrite of index.json, and only over the
+        record that was read: one a run wrote meanwhile is a result made after the clear
+        began, and stays."""
+        replace = getattr(self.store, "replace_manifests", None)
+        if not self.local or replace is None:
+            return [key for key in keys if await self.clear(key, when)]
+        expected: dict[str, str] = {}
+        for key in keys:
+            reference = record_reference(key)
+            try:
+                digest = await self.store.resolve(reference)
+                await self.read(key)
+            except (ArtifactNotFound, Cleared):
+                continue
+            except (UnreadableRecord, RegistryError):
+                pass  # an unreadable record is cleared too
+            expected[reference] = digest
+        if not expected:
+            return []
+        mark = _media.build_manifest([], RESULT_TYPE, {_CLEARED: when.isoformat()})
+        await self._store_config(self._ref(record_reference(keys[0])))
+        done = set(await replace(expected, _media.encode_manifest(mark), _media.MANIFEST))
+        return [key for key in keys if record_reference(key) in done]
+
+    async def _store_config(self, ref: Reference) -> None:
+        if self._config_stored:
+            return
+        self.requests += 1
+        if not await self.store.has_blob(ref, _media.EMPTY_CONFIG_DIGEST):
+            self.requests += 1
+            await self.store.put_blob_bytes(
+                ref, _media.EMPTY_CONFIG_DATA, _media.EMPTY_CONFIG_DIGEST
+            )
+        self._config_stored = True
+
     async def _put(self, key: str, annotations: dict[str, str]) -> None:
         ref = self._ref(record_reference(key))
-        if not self._config_stored:
-            self.requests += 1
-            if not await self.store.has_blob(ref, _media.EMPTY_CONFIG_DIGEST):
-                self.requests += 1
-                await self.store.put_blob_bytes(
-                    ref, _media.EMPTY_CONFIG_DATA, _media.EMPTY_CONFIG_DIGEST
-                )
-            self._config_stored = True
+        await self._store_config(ref)
         manifest = _media.build_manifest([], RESULT_TYPE, annotations)
         self.requests += 1
         await self.store.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)

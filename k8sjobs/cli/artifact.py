@@ -225,7 +225,7 @@ async def _cache_clear(args: argparse.Namespace) -> None:
     now = datetime.now(UTC)
     async with _store(args) as store:
         cache = StepCache(store)  # type: ignore[arg-type]
-        forgot = [key for key in await _cache_keys(store) if await cache.clear(key, now)]
+        forgot = await cache.clear_all(await _cache_keys(store), now)
     print(f"forgot {len(forgot)} recorded result{'s' if len(forgot) != 1 else ''}")
 
 

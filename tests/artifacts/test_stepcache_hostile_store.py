@@ -7,14 +7,119 @@ Each test is named for the class of input it covers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from k8sjobs.artifacts import Registry
-from k8sjobs.artifacts.stepcache import CACHE_REPOSITORY
+from k8sjobs.artifacts import OCILayout, Registry, _layout, _media
+from k8sjobs.artifacts.stepcache import CACHE_REPOSITORY, RESULT_TYPE, StepCache
 from k8sjobs.errors import RegistryError
 
 from .hostile_registry import HostileRegistry
+from .test_stepcache_records import cli
+
+
+def _records(root: Path, count: int) -> list[str]:
+    """Put ``count`` records (unreadable ones: they list and clear as records do) in a
+    layout at ``root``, in one write of index.json; return their keys."""
+    manifest = _media.encode_manifest(
+        _media.build_manifest([], RESULT_TYPE, {"k8sjobs.io/step-result": "{}"})
+    )
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(count)]
+
+    async def put() -> None:
+        async with OCILayout(root) as store:
+            digest = _media.sha256_digest(manifest)
+            await store.put_manifest(store._ref(f"{CACHE_REPOSITORY}:{keys[0]}"), manifest, "")
+            index = json.loads((root / "index.json").read_text())
+            index["manifests"] = [
+                {
+                    **index["manifests"][0],
+                    "annotations": {_media.REF_NAME: f"{CACHE_REPOSITORY}:{k}"},
+                }
+                for k in keys
+            ]
+            assert index["manifests"][0]["digest"] == digest
+            (root / "index.json").write_text(json.dumps(index))
+
+    asyncio.run(put())
+    return [f"sha256:{k}" for k in keys]
+
+
+class _Counted:
+    """json as _layout uses it, counting the documents parsed of index.json's size or more."""
+
+    def __init__(self, smallest: int) -> None:
+        self.smallest, self.parsed = smallest, 0
+
+    def loads(self, data: Any) -> Any:
+        self.parsed += len(data) >= self.smallest
+        return json.loads(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json, name)
+
+
+def test_many_records_in_a_layout_are_listed_and_cleared_with_one_read_and_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each record's lookup parsed all of index.json, and each clear rewrote it: n records
+    cost n times n (4,000: ls 85 s, clear 223 s; 100,000 would take days)."""
+    _records(tmp_path, 300)
+    counted = _Counted((tmp_path / "index.json").stat().st_size // 2)
+    monkeypatch.setattr(_layout, "json", counted)
+    writes = []
+    real_write = OCILayout._atomic_write
+
+    def write(self: OCILayout, path: Path, data: bytes) -> None:
+        writes.append(path.name)
+        real_write(self, path, data)
+
+    monkeypatch.setattr(OCILayout, "_atomic_write", write)
+    code, out, _ = cli("cache", "ls", "--store", f"oci:{tmp_path}")
+    assert code == 0 and out.count("unreadable") == 300
+    assert counted.parsed <= 1, counted.parsed
+    code, out, _ = cli("cache", "clear", "--store", f"oci:{tmp_path}")
+    assert (code, out) == (0, "forgot 300 recorded results\n")
+    assert writes.count("index.json") == 1, writes.count("index.json")
+    code, out, _ = cli("cache", "ls", "--store", f"oci:{tmp_path}")
+    assert (code, out) == (0, "")
+
+
+async def test_a_record_written_while_cache_clear_runs_is_kept_not_marked(
+    tmp_path: Path,
+) -> None:
+    """clear marks only the record it read: a run's record written meanwhile is newer."""
+    keys = await asyncio.to_thread(_records, tmp_path, 2)
+    async with OCILayout(tmp_path) as store, OCILayout(tmp_path) as other:
+        read = {
+            f"{CACHE_REPOSITORY}:{k[7:]}": await store.resolve(f"{CACHE_REPOSITORY}:{k[7:]}")
+            for k in keys
+        }
+        fresh = _media.encode_manifest(_media.build_manifest([], RESULT_TYPE, {"new": "1"}))
+        first = f"{CACHE_REPOSITORY}:{keys[0][7:]}"
+        await other.put_manifest(other._ref(first), fresh, _media.MANIFEST)  # a run's record
+        mark = _media.encode_manifest(_media.build_manifest([], RESULT_TYPE, {"mark": "1"}))
+        replaced = await store.replace_manifests(read, mark, _media.MANIFEST)
+        assert replaced == [f"{CACHE_REPOSITORY}:{keys[1][7:]}"]
+        assert await store.resolve(first) == _media.sha256_digest(fresh)
+        assert (await StepCache(store).lookup(keys[1])) is None
+
+
+async def test_an_index_replaced_by_another_writer_is_read_anew(tmp_path: Path) -> None:
+    """The layout keeps index.json as parsed: a tag another process wrote must be seen."""
+    manifest = _media.encode_manifest(_media.build_manifest([], RESULT_TYPE, {}))
+    async with OCILayout(tmp_path) as store, OCILayout(tmp_path) as other:
+        await store.put_manifest(store._ref("r:a"), manifest, _media.MANIFEST)
+        assert await store.tags("r") == ["a"]
+        for tag in ("b", "c"):
+            await other.put_manifest(other._ref(f"r:{tag}"), manifest, _media.MANIFEST)
+            assert await store.resolve(f"r:{tag}") == _media.sha256_digest(manifest)
+        await other.delete("r:a")
+        assert await store.tags("r") == []
 
 
 @pytest.mark.parametrize(
