@@ -164,6 +164,9 @@ class StudyWatch:
         # its JobSet.
         self.jobsets: Informer | None = None
         self.jobset_of_job: dict[str, str] = {}
+        # And back: JobSet -> its child Jobs, in the order first seen (a dict as an ordered
+        # set), so judging one JobSet never scans every child Job of the namespace.
+        self._children: dict[str, dict[str, None]] = {}
         self.pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         # Pod name -> its Job: a DELETED pod is found at once, not by scanning every Job.
         self._job_of_pod: dict[str, str] = {}
@@ -219,9 +222,8 @@ class StudyWatch:
         if self.jobsets is None or name not in self.jobsets.cache.objects:
             return self.pods_by_job.get(name, {})
         found: dict[str, dict[str, Any]] = {}
-        for job, owner in self.jobset_of_job.items():
-            if owner == name:
-                found.update(self.pods_by_job.get(job, {}))
+        for job in self._children.get(name, ()):
+            found.update(self.pods_by_job.get(job, {}))
         return found
 
     async def synced(self) -> None:
@@ -316,9 +318,14 @@ class StudyWatch:
     def _child_changed(self, change: Change, owner: str) -> None:
         if change.obj is None:
             self.jobset_of_job.pop(change.name, None)
+            siblings = self._children.get(owner, {})
+            siblings.pop(change.name, None)
+            if not siblings:
+                self._children.pop(owner, None)
             self._forget_pods(change.name)
         else:
             self.jobset_of_job[change.name] = owner
+            self._children.setdefault(owner, {})[change.name] = None
             if self.jobsets is None:  # found by attach: a jobset step exists here
                 self.ensure_jobsets()
         self.refresh(owner)
@@ -464,7 +471,7 @@ class StudyWatch:
         jobset = self.jobsets.cache.objects.get(name)
         if handle is None or jobset is None or handle.done:
             return
-        children = [n for n, owner in self.jobset_of_job.items() if owner == name]
+        children = list(self._children.get(name, ()))
         jobs = [self.jobs.cache.objects[n] for n in children if n in self.jobs.cache.objects]
         pods = {n: list(self.pods_by_job.get(n, {}).values()) for n in children}
         gone = {n: list(self.gone_by_job.get(n, {}).values()) for n in children}

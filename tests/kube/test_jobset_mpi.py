@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from k8sjobs import Resources, Session, Step, StepState
-from k8sjobs.testing import FakeCluster, jobset_crd
+from k8sjobs.testing import Event, FakeCluster, jobset_crd
 
 from ..local import test_multinode_mpi, test_multinode_mpich
 from ..local.test_multinode_mpi import ROOT_OK, ranks
@@ -68,23 +68,45 @@ def _step(program: str, nodes: int, mpi: str, env: dict[str, str], **fields: Any
     )
 
 
-def _ready_before_launcher(cluster: FakeCluster, name: str) -> None:
+def _pods_seen(cluster: FakeCluster) -> dict[str, str | None]:
+    """Return, for each pod written, when it first turned Ready (None: not yet), kept after
+    the pod is gone: on success the workers' Job is deleted with its pods, on a loaded
+    machine before the test could read them."""
+    ready_at: dict[str, str | None] = {}
+
+    def note(event: Event) -> None:
+        if event.resource != "pods":
+            return
+        name = event.obj["metadata"]["name"]
+        ready = [
+            c["lastTransitionTime"]
+            for c in (event.obj.get("status") or {}).get("conditions") or ()
+            if c["type"] == "Ready" and c["status"] == "True"
+        ]
+        if ready_at.get(name) is None:
+            ready_at[name] = ready[0] if ready else None
+
+    cluster.store.listen(note)
+    return ready_at
+
+
+def _ready_before_launcher(
+    cluster: FakeCluster, name: str, ready_at: dict[str, str | None]
+) -> None:
     """Assert the launcher's Job was created no earlier than every worker pod was Ready."""
     launcher = cluster.get("jobs", f"{name}-launcher-0")
     assert launcher is not None
     created = launcher["metadata"]["creationTimestamp"]
-    pods = list(cluster.store.iter("pods", "default"))
-    workers = [p for p in pods if p["metadata"]["name"].startswith(f"{name}-workers-0-")]
+    workers = {n: t for n, t in ready_at.items() if n.startswith(f"{name}-workers-0-")}
     assert workers
-    for pod in workers:
-        (ready,) = [c for c in pod["status"]["conditions"] if c["type"] == "Ready"]
-        assert ready["status"] == "True" or pod["status"]["phase"] != "Running"
-        assert ready["lastTransitionTime"] <= created, (pod["metadata"]["name"], created)
+    for pod, ready in workers.items():
+        assert ready is not None and ready <= created, (pod, ready, created)
 
 
 @pytest.mark.parametrize("nodes", [2, 4])
 async def test_open_mpi_across_the_jobsets_pods(tmp_path: Path, hello: Path, nodes: int) -> None:
     async with running(tmp_path) as (cluster, s):
+        seen = _pods_seen(cluster)
         handle = await s.submit(_step(str(hello), nodes, "openmpi", {}))
         result = await handle.wait(timeout=200)
         log = await handle.logs()
@@ -92,7 +114,7 @@ async def test_open_mpi_across_the_jobsets_pods(tmp_path: Path, hello: Path, nod
         found = ranks(log)
         assert [r[0] for r in found] == list(range(nodes))
         assert {r[1] for r in found} == {nodes} and {r[2] for r in found} == {nodes}
-        _ready_before_launcher(cluster, handle.object_name)
+        _ready_before_launcher(cluster, handle.object_name, seen)
         # A worker's log is reachable by its host index (host 0 is the launcher).
         assert "rank" not in await handle.logs(index=1)
 
@@ -103,12 +125,13 @@ async def test_mpich_across_the_jobsets_pods(
 ) -> None:
     program, path = mpich
     async with running(tmp_path) as (cluster, s):
+        seen = _pods_seen(cluster)
         handle = await s.submit(_step(str(program), nodes, "mpich", path))
         result = await handle.wait(timeout=200)
         log = await handle.logs()
         assert result.state is StepState.SUCCEEDED, (result.describe(), log)
         assert [r[0] for r in ranks(log)] == list(range(nodes))
-        _ready_before_launcher(cluster, handle.object_name)
+        _ready_before_launcher(cluster, handle.object_name, seen)
 
 
 async def test_a_failing_rank_fails_the_step_with_its_exit_code_after_a_restart(
