@@ -50,9 +50,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "batch",
         "jobs",
-        ("create", "get", "list", "watch", "delete"),
+        ("create", "get", "list", "watch", "patch", "delete"),
         "create a step's Job; get it when the name is taken, to adopt or refuse it; list and "
-        "watch the study's Jobs (one shared watch); delete to cancel, replace or clean up",
+        "watch the study's Jobs (one shared watch); patch to mark it cancelled from another "
+        "shell (so its driver says CANCELLED); delete to cancel, replace or clean up",
     ),
     Rule(
         "",
@@ -116,9 +117,10 @@ JOBSET_RULES: tuple[Rule, ...] = (
     Rule(
         "jobset.x-k8s.io",
         "jobsets",
-        ("create", "get", "list", "watch", "delete"),
+        ("create", "get", "list", "watch", "patch", "delete"),
         "create a target: jobset step's JobSet; get it when the name is taken; list and watch "
-        "the study's JobSets (one shared watch); delete it to cancel, replace or clean up",
+        "the study's JobSets (one shared watch); patch to mark it cancelled from another "
+        "shell; delete it to cancel, replace or clean up",
     ),
 )
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from ..admission import Admission, eviction_event
 from ..admission import judge as judge_admission
 from ..artifacts.handoff import read_push_report
-from ..errors import ApiError, ClusterUnreachable, NotFound, ServerUnavailable
+from ..errors import ApiError, ClusterUnreachable, Forbidden, NotFound, ServerUnavailable
 from ..events import pod_event, warning_event
 from ..handle import StepHandle
 from ..jobsetstatus import jobset_of, judge_jobset, restart_event
@@ -63,7 +63,7 @@ from .config import ClusterConfig, kubeconfig_path, load_config
 from .create import create_step, ended, top_kind
 from .logkeep import LogKeeper, file_name
 from .reach import ApiHealth, probe
-from .watch import Change, Informer, WatchStats, slim_event, slim_jobset
+from .watch import CANCELLED_BY, Change, Informer, WatchStats, slim_event, slim_jobset
 from .workloads import WorkloadWatch, kueue_served
 
 __all__ = ["KubernetesBackend"]
@@ -174,6 +174,9 @@ class StudyWatch:
         # fails): they explain a failure and keep their kept logs reachable. Bounded per Job.
         self.gone_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         self.gone: dict[str, asyncio.Event] = {}
+        # Top objects another process marked cancelled before deleting them (``CANCELLED_BY``):
+        # their deletion ends the step CANCELLED, not LOST.
+        self.cancelled_elsewhere: set[str] = set()
         # Re-judgements due by time alone (a grace, a pending_timeout): when, and the timer.
         self._timers: dict[str, tuple[datetime, asyncio.TimerHandle]] = {}
         # Jobs whose verdict waits for their pods' ends: the grace timer, None once it fired.
@@ -296,6 +299,18 @@ class StudyWatch:
             uid = str(change.obj["metadata"]["uid"])
             self._by_uid[uid], self._uid_of[change.name] = change.name, uid
 
+    def was_found(self, name: str) -> bool:
+        """Return whether the step ``name`` was found by ``attach``, not sent by this driver."""
+        return name in self._found
+
+    def _note_cancel(self, change: Change) -> None:
+        if change.obj is None:
+            return
+        if CANCELLED_BY in (change.obj["metadata"].get("annotations") or {}):
+            self.cancelled_elsewhere.add(change.name)
+        else:
+            self.cancelled_elsewhere.discard(change.name)
+
     def _job_changed(self, change: Change) -> None:
         self._note_uid(change)
         owner = jobset_of(change.obj) if change.obj is not None else None
@@ -303,6 +318,7 @@ class StudyWatch:
         if owner is not None:  # a JobSet's child: recreated on restarts, deleted on success
             self._child_changed(change, owner)
             return
+        self._note_cancel(change)
         if change.obj is None:
             self._forget_pods(change.name)
             self._vanished(change.name)
@@ -332,6 +348,7 @@ class StudyWatch:
 
     def _jobset_changed(self, change: Change) -> None:
         self._note_uid(change)  # Kueue's Workload of a JobSet is owned by the JobSet
+        self._note_cancel(change)
         if change.obj is not None:
             self.refresh(change.name)
             return
@@ -351,7 +368,8 @@ class StudyWatch:
             held.cancel()
         if name in self.gone:
             self.gone[name].set()
-        self.backend._vanished(self, name)
+        self.backend._vanished(self, name, elsewhere=name in self.cancelled_elsewhere)
+        self.cancelled_elsewhere.discard(name)
 
     def _pod_changed(self, change: Change) -> None:
         job = self._job_of(change)
@@ -902,13 +920,20 @@ class KubernetesBackend:
                     self.orphans.append(meta["name"])
 
     async def cancel(self, handle: StepHandle) -> None:
-        """Delete the step's Job (Background propagation); the handle ends CANCELLED."""
+        """Delete the step's Job (Background propagation); the handle ends CANCELLED.
+
+        A step this backend found (``attach``: ``k8sjobs cancel`` from another shell) may be
+        another driver's: it is marked ``CANCELLED_BY`` first (one patch), so that driver
+        ends it CANCELLED, as docs/cli.md says, not LOST to "someone else".
+        """
         key = (handle.namespace, handle.object_name)
         self._cancelled.add(key)
+        kind = await self._top_kind(handle)
+        watch = await self._watch(handle.namespace, handle.study)
         with contextlib.suppress(NotFound):
-            await self.client.delete(
-                await self._top_kind(handle), key[0], key[1], propagation="Background"
-            )
+            if handle.adopted or watch.was_found(handle.object_name):
+                await self._mark_cancelled(kind, key, handle.name)
+            await self.client.delete(kind, key[0], key[1], propagation="Background")
         handle.report(
             handle.result.evolve(
                 state=StepState.CANCELLED,
@@ -917,6 +942,21 @@ class KubernetesBackend:
                 finished_at=datetime.now(UTC),
             )
         )
+
+    async def _mark_cancelled(self, kind: Kind, key: tuple[str, str], step: str) -> None:
+        """Annotate the step's object ``CANCELLED_BY`` before it is deleted; a Role without
+        patch (older than this release) only costs the other driver's word: it says LOST."""
+        mark = {"metadata": {"annotations": {CANCELLED_BY: "another process"}}}
+        try:
+            await self.client.merge_patch(kind, key[0], key[1], mark, answer=False)
+        except Forbidden as exc:
+            log.warning(
+                'Step "%s": could not mark its %s cancelled (%s); it is deleted all the same, '
+                "and a driver running it will say LOST",
+                step,
+                kind.plural,
+                exc,
+            )
 
     def _pod_seen(self, watch: StudyWatch, job: str, change: Change) -> None:
         """Start keeping the step container's log of a pod that runs (see logkeep.py)."""
@@ -929,18 +969,22 @@ class KubernetesBackend:
         where = (handle.study, handle.name, self._run_of(handle))
         self.logkeeper.follow(self.client, watch.namespace, where, change.name, self._main(handle))
 
-    def _vanished(self, watch: StudyWatch, name: str) -> None:
-        """A Job disappeared: ours to cancel or replace, else somebody else deleted it."""
+    def _vanished(self, watch: StudyWatch, name: str, *, elsewhere: bool = False) -> None:
+        """A Job disappeared: ours to cancel or replace, cancelled by another process
+        (``elsewhere``: it was marked ``CANCELLED_BY``), else somebody else deleted it."""
         handle = watch.handles.get(name)
         key = (watch.namespace, name)
         if handle is None or handle.done or key in self._replacing:
             return
-        state = StepState.CANCELLED if key in self._cancelled else StepState.LOST
+        ours = key in self._cancelled
+        state = StepState.CANCELLED if ours or elsewhere else StepState.LOST
         # The object the step is: a user looks for what the message names.
         kind = "JobSet" if key in self._jobsets else "Job"
         message = (
             "cancelled by this driver"
-            if state is StepState.CANCELLED
+            if ours
+            else "cancelled from another process"
+            if elsewhere
             else f"its {kind} was deleted by someone else"
         )
         reason = "Cancelled" if state is StepState.CANCELLED else "JobDeleted"

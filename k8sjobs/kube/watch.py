@@ -36,6 +36,7 @@ from ..errors import ApiError, Gone, NotFound
 from .client import Kind, KubeClient
 
 __all__ = [
+    "CANCELLED_BY",
     "Cache",
     "Change",
     "Informer",
@@ -107,7 +108,11 @@ _KEEP_LABELS = (
     "jobset.sigs.k8s.io/restart-attempt",
     "jobset.sigs.k8s.io/global-replicas",
 )
+#: Set by ``cancel`` on a step's Job or JobSet that another driver may be running, just
+#: before deleting it: that driver ends the step CANCELLED, not LOST.
+CANCELLED_BY = "k8sjobs.io/cancelled-by"
 _KEEP_ANNOTATIONS = (
+    CANCELLED_BY,
     "k8sjobs.io/step-name",
     "k8sjobs.io/study-name",
     "k8sjobs.io/outputs",

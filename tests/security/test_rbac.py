@@ -91,11 +91,13 @@ async def _full_run(cluster: FakeCluster, tmp_path: Path) -> None:
             _step("produce", outputs={"o": "out.txt"}, resources=multi, env=secret)
         )
         failed = await s.submit(_step("fail", exit_code=3))
-        slow = await s.submit(_step("slow", duration=30))
+        await s.submit(_step("slow", duration=30))
         assert (await done.wait(20)).state is StepState.SUCCEEDED  # pods/log: output digests
         assert (await failed.wait(20)).state is StepState.FAILED  # pods/log: saved log
         await done.logs()  # pods/log
-        await slow.cancel()  # delete jobs
+        async with _session(cluster, tmp_path) as other:  # k8sjobs cancel, another shell
+            found = {h.name: h for h in await other.attach()}
+            await found["slow"].cancel()  # patch (marked cancelled), delete jobs
     async with _session(cluster, tmp_path) as s:
         await s.attach()  # list configmaps (orphans)
         # replace: delete the Job and its ConfigMap, Secret and Service, then create again
@@ -269,8 +271,10 @@ async def test_jobset_rules_are_exactly_what_a_jobset_run_sends(
     authorizer.install(cluster)
     async with _session(cluster, tmp_path) as s:
         assert (await (await s.submit(_step("ok", target="jobset"))).wait(60)).ok
-        slow = await s.submit(_step("slow", duration=30, target="jobset"))
-        await slow.cancel()
+        await s.submit(_step("slow", duration=30, target="jobset"))
+        async with _session(cluster, tmp_path) as other:  # k8sjobs cancel, another shell
+            found = {h.name: h for h in await other.attach()}
+            await found["slow"].cancel()  # patch (marked cancelled), delete the JobSet
         hidden = _step("hidden", duration=30, target="jobset")
         body = render(hidden, Target(study="rbac")).job
         del body["metadata"]["labels"][LABEL_STUDY]  # unseen by the study's watch
@@ -314,3 +318,20 @@ def test_jobset_and_kueue_flags_add_only_their_rule(
     assert extended[len(plain) :] == [added]
     assert main(["rbac", "--namespace", "hpc", flag]) == 0
     assert capsys.readouterr().out == rbac_yaml("hpc", jobset=jobset, kueue=not jobset)
+
+
+async def test_a_role_without_patch_still_cancels_from_another_shell(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A Role made before cancel marked the Job (no patch on jobs): `k8sjobs cancel` from
+    another shell still deletes it; only the running driver's word is lost (LOST)."""
+    authorizer = Rbac(refuse={("patch", "jobs")})
+    authorizer.install(cluster)
+    async with _session(cluster, tmp_path) as s:
+        slow = await s.submit(_step("slow", duration=30))
+        async with _session(cluster, tmp_path) as other:
+            found = {h.name: h for h in await other.attach()}
+            await found["slow"].cancel()
+        assert (await slow.wait(20)).state is StepState.LOST
+    assert cluster.get("jobs", slow.object_name) is None
+    assert [k.verb for k in authorizer.denied] == ["patch"]
