@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
@@ -39,6 +40,14 @@ from ._reference import Reference, parse_reference
 from ._streams import BlobSink, SinkFactory
 from ._tarball import ArchiveInfo
 
+_T = TypeVar("_T")
+_STORE_HINTS = {
+    errno.ENOSPC: "free space on its disk, or name another store (--store)",
+    errno.EDQUOT: "free space there, or raise the quota",
+    errno.EROFS: "its filesystem is read-only: name a writable store (--store)",
+    errno.EACCES: "check the directory's owner and permissions",
+    errno.EPERM: "check the directory's owner and permissions",
+}
 _COPY_CHUNK = 1024 * 1024
 # index.json lists every tag of the layout: generous, but not without end.
 MAX_INDEX_BYTES = 64 * 1024 * 1024
@@ -273,16 +282,31 @@ class OCILayout(_transfer.StoreFront):
         sent(info.size)
         return info
 
+    async def _write(self, what: str, write: Callable[[], _T]) -> _T:
+        """Run ``write`` (blocking) in a worker thread; an OSError of the layout's disk (full,
+        read-only, not ours) is a RegistryError naming the layout, the cause and what to do.
+        It escaped as a bare OSError: "[Errno 30] Read-only file system: '<temp name>'",
+        exit 2 as if the user's input were wrong."""
+        try:
+            return await anyio.to_thread.run_sync(write)
+        except OSError as exc:
+            # the cause without the file: a temporary file's name tells the user nothing
+            code = errno.errorcode.get(exc.errno or 0, "")
+            cause = f"{exc.strerror or type(exc).__name__}{f' ({code})' if code else ''}"
+            hint = _STORE_HINTS.get(exc.errno or 0, "check the disk and the directory")
+            raise RegistryError(f"{what} in the OCI layout {self.root}: {cause}; {hint}.") from None
+
     async def put_blob_bytes(self, ref: Reference, data: bytes, digest: str) -> None:
         """Store a small in-memory blob."""
-        await anyio.to_thread.run_sync(self._store_bytes, data)
+        await self._write(f"Storing a blob of {ref}", lambda: self._store_bytes(data))
 
     async def mount_blob(self, dst: Reference, desc: Descriptor, src: Reference) -> None:
         """Nothing to do: every repository of a layout shares its blobs."""
 
     async def put_manifest(self, ref: Reference, data: bytes, media_type: str) -> str:
         """Store a manifest blob and point ``ref``'s tag at it in index.json."""
-        digest = await anyio.to_thread.run_sync(self._store_bytes, data)
+        what = f"Storing {ref}"
+        digest = await self._write(what, lambda: self._store_bytes(data))
         if ref.digest:
             if ref.digest != digest:
                 raise DigestMismatch(f"The manifest for {ref} has digest {digest}.")
@@ -293,8 +317,9 @@ class OCILayout(_transfer.StoreFront):
             "size": len(data),
             "annotations": {_media.REF_NAME: self._name(ref)},
         }
-        await anyio.to_thread.run_sync(
-            self._edit_index, lambda ms: [*self._without(ms, {self._name(ref)}), entry]
+        await self._write(
+            what,
+            lambda: self._edit_index(lambda ms: [*self._without(ms, {self._name(ref)}), entry]),
         )
         return digest
 
@@ -307,7 +332,8 @@ class OCILayout(_transfer.StoreFront):
 
         One rewrite for all: a rewrite per tag made ``cache clear`` of n records write
         index.json n times (4,000 records: 223 s; it grows as n squared)."""
-        digest = await anyio.to_thread.run_sync(self._store_bytes, data)
+        what = f"Replacing {len(expected)} tags"
+        digest = await self._write(what, lambda: self._store_bytes(data))
         names = {self._name(self._ref(reference)): was for reference, was in expected.items()}
         done: set[str] = set()
 
@@ -325,7 +351,7 @@ class OCILayout(_transfer.StoreFront):
                 kept.append(m)
             return kept
 
-        await anyio.to_thread.run_sync(self._edit_index, edit)
+        await self._write(what, lambda: self._edit_index(edit))
         return [r for r in expected if self._name(self._ref(r)) in done]
 
     @staticmethod
@@ -418,7 +444,7 @@ class OCILayout(_transfer.StoreFront):
                 )
             ]
 
-        await anyio.to_thread.run_sync(self._edit_index, edit)
+        await self._write(f"Deleting {ref}", lambda: self._edit_index(edit))
 
     async def copy(self, source: str, destination: str) -> str:
         """Point ``destination`` at the manifest of ``source`` (blobs are shared)."""

@@ -7,8 +7,10 @@ Each test is named for the class of input it covers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from k8sjobs.artifacts.stepcache import CACHE_REPOSITORY, RESULT_TYPE, StepCache
 from k8sjobs.errors import RegistryError
 
 from .hostile_registry import HostileRegistry
+from .test_artifacts_pull_targets import _tmpfs
 from .test_stepcache_records import cli
 
 
@@ -136,3 +139,25 @@ async def test_a_tag_listing_whose_links_loop_ends_with_an_error(next_page: str)
             with pytest.raises(RegistryError, match="pagination loops"):
                 await asyncio.wait_for(registry.tags(CACHE_REPOSITORY), 120)
         assert len(hostile.requests) <= 3
+
+
+@pytest.mark.parametrize(("options", "expected"), [("size=64k", "ENOSPC"), ("ro", "EROFS")])
+def test_a_store_on_a_full_or_read_only_disk_is_one_line_naming_it_exit_1(
+    tmp_path: Path, options: str, expected: str
+) -> None:
+    """It was "error: [Errno 30] Read-only file system: '<a temporary file>'" (or ENOSPC with
+    no file at all), exit 2 as if the input were bad; nothing of the store may change."""
+    with _tmpfs(tmp_path / "disk", "size=64k") as disk:
+        _records(disk / "store", 20)
+        before = (disk / "store" / "index.json").read_bytes()
+        names = sorted(p.name for p in (disk / "store").rglob("*"))
+        if expected == "EROFS":
+            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        else:
+            with contextlib.suppress(OSError), (disk / "fill").open("wb") as fill:
+                fill.write(bytes(1 << 20))
+        code, out, err = cli("cache", "clear", "--store", f"oci:{disk / 'store'}")
+        assert (code, out) == (1, ""), (code, out, err)
+        assert err.count("\n") == 1 and expected in err and str(disk / "store") in err, err
+        assert (disk / "store" / "index.json").read_bytes() == before
+        assert sorted(p.name for p in (disk / "store").rglob("*")) == names
