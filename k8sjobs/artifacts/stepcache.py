@@ -268,18 +268,27 @@ def content_digest(manifest: bytes, where: str = "an input") -> str:
     not make its readers run.
     """
     parsed = _media.decode_manifest(manifest, where)
-    # A directory layer by its files, not its archive: the archive keeps file times.
-    layers = sorted(
-        (d.title or "", d.media_type, _files_digest(d) or d.digest) for d in parsed.layers
-    )
+    layers = sorted((d.title or "", d.media_type, _layer_identity(d)) for d in parsed.layers)
     canonical = json.dumps(layers, separators=(",", ":")).encode()
     return _media.sha256_digest(canonical)
 
 
-def _files_digest(layer: Descriptor) -> str | None:
-    """Return a directory layer's files digest ("files:sha256:..."), or None without one."""
+def _layer_identity(layer: Descriptor) -> str:
+    """Return what a reader of ``layer`` sees, as a digest: a directory unpacked from it
+    (by its files digest, "files:sha256:...": its archive keeps file times; else
+    "unpack:<archive digest>"), or the blob itself as a file (its digest).
+
+    Whether it is unpacked is part of it: the same archive pulled as a directory or kept as
+    one file ``<title>`` are different inputs (they had one key, so a step that read the
+    files stood for one that reads the archive); and a files digest on a layer kept whole
+    says nothing of the bytes the reader gets, which keep the times.
+    """
+    if not layer.unpack:
+        return layer.digest
     value = layer.annotations.get(_media.FILES_DIGEST, "")
-    return f"files:{value}" if re.fullmatch(r"sha256:[0-9a-f]{64}", value) else None
+    if re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+        return f"files:{value}"
+    return f"unpack:{layer.digest}"
 
 
 def record_reference(key: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from k8sjobs.artifacts import OCILayout, Registry, _layout, _media
-from k8sjobs.artifacts.stepcache import CACHE_REPOSITORY, RESULT_TYPE, StepCache
+from k8sjobs.artifacts.stepcache import CACHE_REPOSITORY, RESULT_TYPE, StepCache, content_digest
 from k8sjobs.errors import RegistryError
 
 from .hostile_registry import HostileRegistry
@@ -161,3 +161,44 @@ def test_a_store_on_a_full_or_read_only_disk_is_one_line_naming_it_exit_1(
         assert err.count("\n") == 1 and expected in err and str(disk / "store") in err, err
         assert (disk / "store" / "index.json").read_bytes() == before
         assert sorted(p.name for p in (disk / "store").rglob("*")) == names
+
+
+def _relabelled(manifest: bytes, change: dict[str, str | None]) -> bytes:
+    """The manifest with its first layer's annotations changed (None: removed)."""
+    data = json.loads(manifest)
+    annotations = data["layers"][0]["annotations"]
+    for name, value in change.items():
+        if value is None:
+            annotations.pop(name, None)
+        else:
+            annotations[name] = value
+    return json.dumps(data).encode()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {_media.UNPACK: "false"},
+        {_media.UNPACK: "false", _media.FILES_DIGEST: None},
+        {_media.UNPACK: "false", _media.FILES_DIGEST: "sha256:" + "0" * 64},
+    ],
+    ids=["kept-whole", "kept-whole-no-files-digest", "kept-whole-other-files-digest"],
+)
+async def test_an_archive_a_reader_gets_whole_is_another_input_than_its_files(
+    tmp_path: Path, change: dict[str, str | None]
+) -> None:
+    """The same archive, unpacked (a directory) or not (one file holding the archive, its
+    times and all), had one content digest, so one key: a result made from the files stood
+    for a step that reads the archive."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("alpha\n")
+    async with OCILayout(tmp_path / "store") as store:
+        pushed = await store.push("d/in:v1", [folder])
+        manifest, _, _ = await store.get_manifest(store._ref(pushed.pinned))
+    whole = _relabelled(manifest, change)
+    assert not _media.decode_manifest(whole, "whole").layers[0].unpack
+    assert content_digest(whole) != content_digest(manifest)
+    # A directory of the same files re-made (another archive, other times) keeps its key.
+    again = _relabelled(manifest, {})
+    assert content_digest(again) == content_digest(manifest)
