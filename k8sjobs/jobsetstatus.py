@@ -21,7 +21,15 @@ from .events import StepEvent
 from .render.jobset import JOBSET_NAME_LABEL, LAUNCHER, WORKERS, replicated_job_of
 from .render.manifests import ANNOTATION_STEP
 from .state import StepResult, StepState
-from .status import job_failed, judge, parse_time, transition_time, true_condition
+from .status import (
+    job_failed,
+    judge,
+    parse_time,
+    pending_timed_out,
+    timeout_deadline,
+    transition_time,
+    true_condition,
+)
 
 __all__ = ["RESTART_LABEL", "current_jobs", "jobset_of", "judge_jobset", "restart_event"]
 
@@ -105,8 +113,22 @@ def judge_jobset(
     suspended = true_condition(status, "Suspended")
     if suspended is not None or jobset.get("spec", {}).get("suspend"):
         said = str((suspended or {}).get("message") or "the JobSet is suspended")
-        return base.evolve(state=StepState.PENDING, reason="Suspended", message=said)
+        waiting = base.evolve(state=StepState.PENDING, reason="Suspended", message=said)
+        ran = [p for table in (pods, gone) for found in table.values() for p in found]
+        return pending_timed_out(waiting, jobset, ran, now=now, pending_timeout=pending_timeout)
     return _live(base, status, children, child_result)
+
+
+def jobset_pending_deadline(jobset: Obj, pending_timeout: float | None) -> datetime | None:
+    """Return when a suspended JobSet (queued: Kueue holds it) has waited past its bound.
+
+    Nothing else happens to a JobSet whose queue never admits it, so only a timer set for
+    this moment ends its wait; None when it is not suspended or has no bound.
+    """
+    status = jobset.get("status") or {}
+    if true_condition(status, "Suspended") is None and not jobset.get("spec", {}).get("suspend"):
+        return None
+    return timeout_deadline(jobset, pending_timeout)
 
 
 def restart_event(jobset: Obj) -> StepEvent | None:

@@ -133,24 +133,49 @@ def judge(
             usage=_usage(ordered),
         )
     result = _live(base, job, ordered, now=now, grace=pending_grace, warnings=warnings, gone=gone)
-    limit = _pending_timeout(job, pending_timeout)
-    created = _waiting_since(job)
-    if (
-        result.state is StepState.PENDING
-        and limit is not None
-        and created is not None
-        and (now - created).total_seconds() >= limit
-        and not _ever_ran([*gone, *ordered])
-        and not int(status.get("failed") or 0)
-    ):
-        why = f"{result.reason}: {result.message}" if result.message else result.reason
-        return result.evolve(
-            state=StepState.FAILED,
-            reason="PendingTimeout",
-            message=f"not started within pending_timeout ({limit:g} s); it waited: {why}",
-            finished_at=now,
-        )
-    return result
+    if int(status.get("failed") or 0):
+        return result
+    return pending_timed_out(
+        result, job, [*gone, *ordered], now=now, pending_timeout=pending_timeout
+    )
+
+
+def pending_timed_out(
+    result: StepResult,
+    top: Obj,
+    pods: Iterable[Obj],
+    *,
+    now: datetime,
+    pending_timeout: float | None,
+) -> StepResult:
+    """Return ``result`` failed with PendingTimeout if it still waits past the step's bound.
+
+    ``top`` is the step's Job or JobSet (its own ``pending_timeout`` annotation wins over the
+    default; its present wait began at its creation or latest suspension); a step any of
+    whose ``pods`` ever ran is not waiting to start. Else ``result`` as it is.
+    """
+    if result.state is not StepState.PENDING:
+        return result
+    due = timeout_deadline(top, pending_timeout)
+    if due is None or now < due or _ever_ran(pods):
+        return result
+    limit = _pending_timeout(top, pending_timeout)
+    why = f"{result.reason}: {result.message}" if result.message else result.reason
+    return result.evolve(
+        state=StepState.FAILED,
+        reason="PendingTimeout",
+        message=f"not started within pending_timeout ({limit:g} s); it waited: {why}",
+        finished_at=now,
+    )
+
+
+def timeout_deadline(top: Obj, pending_timeout: float | None) -> datetime | None:
+    """Return when the present wait of ``top`` (a Job or JobSet) outlasts pending_timeout."""
+    limit = _pending_timeout(top, pending_timeout)
+    since = _waiting_since(top)
+    if limit is None or since is None:
+        return None
+    return since + timedelta(seconds=limit)
 
 
 def pending_deadline(
@@ -174,10 +199,7 @@ def pending_deadline(
     cause = blocked(job, live, warnings, [*pods, *gone])
     if cause is not None and cause.permanent and cause.since is not None:
         moments.append(cause.since + timedelta(seconds=pending_grace))
-    limit = _pending_timeout(job, pending_timeout)
-    created = _waiting_since(job)
-    if limit is not None and created is not None:
-        moments.append(created + timedelta(seconds=limit))
+    moments.append(timeout_deadline(job, pending_timeout))
     known = [m for m in moments if m is not None]
     return min(known) if known else None
 

@@ -30,7 +30,7 @@ from ..artifacts.handoff import read_push_report
 from ..errors import ApiError, ClusterUnreachable, Forbidden, NotFound, ServerUnavailable
 from ..events import pod_event, warning_event
 from ..handle import StepHandle
-from ..jobsetstatus import jobset_of, judge_jobset, restart_event
+from ..jobsetstatus import jobset_of, jobset_pending_deadline, judge_jobset, restart_event
 from ..observe.native import Native, native
 from ..render.jobset import LAUNCHER, WORKERS
 from ..render.manifests import (
@@ -516,6 +516,9 @@ class StudyWatch:
         self._record_eviction(handle, found)
         if not result.state.terminal:
             handle.report(result)
+            due = jobset_pending_deadline(jobset, self.backend.pending_timeout)
+            if result.state is StepState.PENDING and due is not None:
+                self._arm_timer(name, due)
             return
         every = [p for n in children for p in pods[n]]
         unseen = sum(unseen_pods(j, pods[str(j["metadata"]["name"])]) for j in jobs)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from k8sjobs.handle import StepHandle
@@ -116,3 +117,18 @@ async def test_a_preempted_step_is_preempted_then_succeeds(
     ]
     assert [e.reason for e in low.events if e.reason == "Preempted"] == ["Preempted"]
     assert all(e.action == "Ignore" for e in low.events)
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+async def test_a_queued_step_of_any_target_is_bounded_by_its_pending_timeout(
+    kueue: FakeCluster, tmp_path: Path, target: str
+) -> None:
+    # Nothing happens to a step whose LocalQueue does not exist: no event re-judges it,
+    # so only a timer can end its wait.
+    if target == "jobset":
+        await kueue.install_jobset()
+    async with session(kueue, tmp_path) as s:
+        orphan = step("orphan", queue="no-such-queue", target=target, pending_timeout=2)
+        result = await (await s.submit(orphan)).wait(60)
+    assert (result.state, result.reason) == (StepState.FAILED, "PendingTimeout"), result.describe()
+    assert "LocalQueue no-such-queue doesn't exist" in result.message
