@@ -53,6 +53,16 @@ _COPY_CHUNK = 1024 * 1024
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 
 
+class _Held:
+    """An open file descriptor, closed when nothing holds it any more."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
 class OCILayout(_transfer.StoreFront):
     """A directory in the OCI image layout format, as an ArtifactStore."""
 
@@ -64,8 +74,9 @@ class OCILayout(_transfer.StoreFront):
         self.cache = cache or DigestCache()
         # index.json as last parsed, by the file's identity (it is only ever replaced whole),
         # with its tags by name: a lookup per tag re-parsed all of it, so listing the records
-        # of a layout of n tags read n times n entries (4,000 tags: 85 s).
-        self._parsed: tuple[tuple[int, ...], dict[str, Any], dict[str, str]] | None = None
+        # of a layout of n tags read n times n entries (4,000 tags: 85 s). The parsed file
+        # is held open, so no later file can take its inode number and pass for it.
+        self._parsed: tuple[tuple[int, ...], dict[str, Any], dict[str, str], _Held] | None = None
 
     def __repr__(self) -> str:
         return f"OCILayout({str(self.root)!r})"
@@ -79,7 +90,8 @@ class OCILayout(_transfer.StoreFront):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Nothing to close; present for the ArtifactStore protocol."""
+        """Let go of the index.json last read (the layout is read anew if used again)."""
+        self._parsed = None
 
     # -- files (blocking, run in worker threads) ----------------------------------------
 
@@ -132,19 +144,23 @@ class OCILayout(_transfer.StoreFront):
         per version of the file."""
         path = self.root / "index.json"
         try:
-            with path.open("rb") as f:
-                st = os.fstat(f.fileno())
-                seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                parsed = self._parsed
-                if parsed is not None and parsed[0] == seen:
-                    return parsed[1], parsed[2]
-                if st.st_size > MAX_INDEX_BYTES:
-                    raise LimitExceeded(
-                        f"{path} is larger than {MAX_INDEX_BYTES >> 20} MiB; is it an OCI layout?"
-                    )
-                index: Any = json.loads(f.read(MAX_INDEX_BYTES + 1))
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return {"schemaVersion": 2, "mediaType": _media.INDEX, "manifests": []}, {}
+        held = _Held(fd)
+        st = os.fstat(fd)
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        parsed = self._parsed
+        if parsed is not None and parsed[0] == seen:
+            return parsed[1], parsed[2]
+        if st.st_size > MAX_INDEX_BYTES:
+            raise LimitExceeded(
+                f"{path} is larger than {MAX_INDEX_BYTES >> 20} MiB; is it an OCI layout?"
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_INDEX_BYTES + 1)
+        try:
+            index: Any = json.loads(data)
         except ValueError:
             raise RegistryError(f"{path} is not JSON; is {self.root} an OCI layout?") from None
         entries = index.get("manifests") if isinstance(index, dict) else None
@@ -160,7 +176,7 @@ class OCILayout(_transfer.StoreFront):
             name = (entry.get("annotations") or {}).get(_media.REF_NAME)
             if isinstance(name, str):
                 names.setdefault(name, entry["digest"])  # the first, as a scan finds it
-        self._parsed = (seen, index, names)  # one assignment: threads read it at once
+        self._parsed = (seen, index, names, held)  # one assignment: threads read it at once
         return index, names
 
     def _store_file(self, source: Path, known: str | None, sent: _transfer.BytesCallback) -> str:

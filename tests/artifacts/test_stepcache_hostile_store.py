@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,21 @@ async def test_an_archive_a_reader_gets_whole_is_another_input_than_its_files(
     # A directory of the same files re-made (another archive, other times) keeps its key.
     again = _relabelled(manifest, {})
     assert content_digest(again) == content_digest(manifest)
+
+
+async def test_an_index_replaced_by_one_of_the_same_size_and_time_is_read_anew(
+    tmp_path: Path,
+) -> None:
+    """The parsed index is known by its file's identity: another file of the same size and
+    mtime (a retag within one clock tick) must not pass for it, whatever inode it gets."""
+    manifest = _media.encode_manifest(_media.build_manifest([], RESULT_TYPE, {}))
+    async with OCILayout(tmp_path) as store:
+        await store.put_manifest(store._ref("r:aa"), manifest, _media.MANIFEST)
+        assert await store.tags("r") == ["aa"]
+        index = tmp_path / "index.json"
+        old = index.stat()
+        (tmp_path / "new.json").write_bytes(index.read_bytes().replace(b"r:aa", b"r:bb"))
+        os.utime(tmp_path / "new.json", ns=(old.st_atime_ns, old.st_mtime_ns))
+        os.replace(tmp_path / "new.json", index)
+        assert index.stat().st_size == old.st_size
+        assert await store.tags("r") == ["bb"]
