@@ -64,7 +64,7 @@ from .create import create_step, ended, top_kind
 from .logkeep import LogKeeper, file_name
 from .reach import ApiHealth, probe
 from .watch import CANCELLED_BY, Change, Informer, WatchStats, slim_event, slim_jobset
-from .workloads import WorkloadWatch, kueue_served
+from .workloads import KueueApi, WorkloadWatch, kueue_served
 
 __all__ = ["KubernetesBackend"]
 
@@ -652,7 +652,7 @@ class KubernetesBackend:
         self._event_watches: dict[str, EventWatch] = {}
         # Kueue: whether it is served (asked once, when a queued step is first seen), and
         # one Workload watch per namespace that holds queued steps (k8sjobs.kube.workloads).
-        self._kueue: bool | None = None
+        self._kueue: KueueApi | None = None
         self._workload_watches: dict[str, WorkloadWatch] = {}
         # (namespace, name) of the steps this driver sent as Flux Operator MiniClusters.
         self._miniclusters: set[tuple[str, str]] = set()
@@ -773,6 +773,14 @@ class KubernetesBackend:
         watch = await self._watch(handle.namespace, handle.study)
         if _queued(manifests.job):
             await self._follow_queue(handle.namespace)
+            if self._kueue is KueueApi.ABSENT:  # before anything is written
+                where = f" ({self._where()})" if self._where() else ""
+                raise ValueError(
+                    f'Step "{handle.name}" has a queue, but the cluster{where} serves no '
+                    "kueue.x-k8s.io API (Kueue is not installed), so nothing would ever admit "
+                    "its Job: install Kueue (https://kueue.sigs.k8s.io/docs/installation/), "
+                    "or drop queue (and priority) to run it unqueued"
+                )
         name = manifests.name
         key = (manifests.namespace, name)
         if top_kind(manifests.job) is MINICLUSTERS:
@@ -1222,7 +1230,7 @@ class KubernetesBackend:
             if self._kueue is None:
                 self._kueue = await kueue_served(self.client)
             workloads = self._workload_watches.get(namespace)
-            if self._kueue and workloads is None:
+            if self._kueue is KueueApi.SERVED and workloads is None:
                 workloads = self._workload_watches[namespace] = WorkloadWatch(
                     self.client,
                     namespace,

@@ -13,6 +13,7 @@ Jobs alone, and a WARNING says once what is lost.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,7 +23,7 @@ from ..errors import ApiError, NotFound
 from .client import WORKLOADS, KubeClient
 from .watch import Change, Informer
 
-__all__ = ["WorkloadWatch", "kueue_served", "slim_workload"]
+__all__ = ["KueueApi", "WorkloadWatch", "kueue_served", "slim_workload"]
 
 log = logging.getLogger("k8sjobs.kube")
 
@@ -31,19 +32,28 @@ VERSION = "v1beta2"
 _CONDITION_FIELDS = ("type", "status", "reason", "message")
 
 
-async def kueue_served(client: KubeClient) -> bool:
-    """Return whether the cluster serves Kueue's v1beta2 API (one discovery GET)."""
+class KueueApi(enum.Enum):
+    """What discovery said of Kueue's API group."""
+
+    SERVED = "served"  # v1beta2: Workloads are watched
+    OTHER = "other"  # served without v1beta2 (an older Kueue), or not discoverable
+    ABSENT = "absent"  # no kueue.x-k8s.io at all: nothing will ever admit a queued Job
+
+
+async def kueue_served(client: KubeClient) -> KueueApi:
+    """Return what the cluster serves of Kueue's API (one discovery GET)."""
     try:
         group = await client.request(
             "GET", GROUP_PATH, what="discover kueue.x-k8s.io", kind=WORKLOADS, verb="get"
         )
     except NotFound:
-        return False
+        return KueueApi.ABSENT
     except ApiError as exc:
         log.warning("Kueue's API could not be discovered (%s): queued steps say less", exc)
-        return False
+        return KueueApi.OTHER
     versions = group.get("versions") or () if isinstance(group, dict) else ()
-    return any(v.get("version") == VERSION for v in versions if isinstance(v, dict))
+    served = any(v.get("version") == VERSION for v in versions if isinstance(v, dict))
+    return KueueApi.SERVED if served else KueueApi.OTHER
 
 
 def slim_workload(obj: Mapping[str, Any]) -> dict[str, Any]:
