@@ -55,6 +55,7 @@ from .client import (
     MINICLUSTERS,
     POD_LOGS,
     PODS,
+    WORKLOADS,
     ClientOptions,
     Kind,
     KubeClient,
@@ -654,6 +655,10 @@ class KubernetesBackend:
         # one Workload watch per namespace that holds queued steps (k8sjobs.kube.workloads).
         self._kueue: KueueApi | None = None
         self._workload_watches: dict[str, WorkloadWatch] = {}
+        # When each namespace's wait for its first Workload list ends (loop time): one bound
+        # for all its queued steps, not one per step.
+        self._workloads_due: dict[str, float] = {}
+        self._workloads_said: set[str] = set()
         # (namespace, name) of the steps this driver sent as Flux Operator MiniClusters.
         self._miniclusters: set[tuple[str, str]] = set()
         self._jobsets: set[tuple[str, str]] = set()
@@ -1237,10 +1242,33 @@ class KubernetesBackend:
                     lambda uid: self._workload_changed(namespace, uid),
                     self.watch_policy(),
                 )
-        if workloads is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._options.connect_timeout):
-                    await workloads.informer.synced.wait()
+        if workloads is not None and not workloads.informer.synced.is_set():
+            await self._first_workloads(namespace, workloads)
+
+    async def _first_workloads(self, namespace: str, workloads: WorkloadWatch) -> None:
+        """Wait for ``namespace``'s first Workload list, within one ``connect_timeout`` shared
+        by every step sent meanwhile; past it, one WARNING says on what it waited, in the
+        server's words, and the steps go on, followed from their Jobs until the list comes."""
+        loop = asyncio.get_running_loop()
+        due = self._workloads_due.setdefault(namespace, loop.time() + self._options.connect_timeout)
+        if loop.time() >= due:
+            return
+        try:
+            async with asyncio.timeout_at(due):
+                await workloads.informer.synced.wait()
+        except TimeoutError:
+            if namespace in self._workloads_said:
+                return  # another step's wait said it
+            self._workloads_said.add(namespace)
+            why = self.client.refusals.get(WORKLOADS.plural) or "no answer"
+            log.warning(
+                'Kueue\'s Workloads in namespace "%s" were not listed within %g s '
+                "(connect_timeout; %s): queued steps are followed from their Jobs until "
+                "they are, and why a step waits is shown then",
+                namespace,
+                self._options.connect_timeout,
+                why,
+            )
 
     def _workload_changed(self, namespace: str, uid: str) -> None:
         for (where, _), watch in self._watches.items():

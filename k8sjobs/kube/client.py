@@ -144,6 +144,9 @@ class KubeClient:
         self.health = ApiHealth(config.host, self.options.outage_timeout)
         #: Requests sent, by (verb, HTTP status; "none" where no answer came): for metrics.
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: The server's last refusal per resource (plural), while it is being retried and
+        #: until a request for that resource succeeds: what a wait for it says it waits on.
+        self.refusals: dict[str, str] = {}
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -447,8 +450,10 @@ class KubeClient:
             self.health.answered()
             self.requests[verb, str(response.status)] += 1
             if response.status < 300:
+                self.refusals.pop(kind.plural, None)
                 return response
             error = await self._error(response, what, kind, verb)
+            self.refusals[kind.plural] = str(error)
             if response.status == 401 and not self._reloaded and self.config.reload is not None:
                 await self._reload()
                 continue
