@@ -793,7 +793,7 @@ class KubernetesBackend:
         if top_kind(manifests.job) is JOBSETS:
             self._jobsets.add(key)
             watch.ensure_jobsets()
-            await watch.synced()
+            await self._jobsets_listed(watch)
         current = watch.top(name)
         if replace or current is not None:
             # A deletion of the old Job is ours: it must not read as a LOST step.
@@ -821,6 +821,22 @@ class KubernetesBackend:
         finally:
             self._replacing.discard(key)
         watch.track(handle)
+
+    async def _jobsets_listed(self, watch: StudyWatch) -> None:
+        """Wait for the study's first JobSet list (it decides create or adopt), bounded by
+        ``connect_timeout``; past it the step is refused, before anything is written, with
+        what it waited on in the server's words (it waited forever, in silence)."""
+        try:
+            async with asyncio.timeout(self._options.connect_timeout):
+                await watch.synced()
+        except TimeoutError:
+            why = self.client.refusals.get(JOBSETS.plural) or "no answer"
+            message = (
+                f'the JobSets of namespace "{watch.namespace}" were not listed within '
+                f"{self._options.connect_timeout:g} s (connect_timeout; {why}): nothing of "
+                "the step was sent, so it may be sent again"
+            )
+            raise ServerUnavailable(0, {"message": message}) from None
 
     async def _check_jobset_api(self, handle: StepHandle) -> None:
         """Refuse a ``target: jobset`` step on a cluster that serves no JobSet API.
