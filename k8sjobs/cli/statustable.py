@@ -399,15 +399,40 @@ class Progress:
         text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
         took = format_duration(elapsed)
         self.console.print(f"\n{len(results)} steps in {took}: {text}", highlight=False)
-        for r in results:
-            if not r.ok:
-                where = f"; log: {r.log_file}" if r.log_file else ""
-                self.console.print(f"  {r.describe()}{where}", highlight=False, markup=False)
+        for line in failure_lines(results):
+            self.console.print(line, highlight=False, markup=False)
         used = usage_summary(results, requested or {})
         if used:
             self.console.print(used, highlight=False, markup=False)
         hint = shlex.join(["k8sjobs", "report", study])  # pasted into a shell as it is
         self.console.print(f"timeline: {hint} (run data in {saved})", highlight=False, markup=False)
+
+
+#: Failures told the same way, said in full this many times; the rest are named after them.
+SAME_FAILURES_SHOWN = 3
+
+
+def failure_lines(results: Sequence[StepResult]) -> list[str]:
+    """Return the summary's lines for the steps that did not succeed, one per step in order,
+    except that past ``SAME_FAILURES_SHOWN`` failures told in the same words (a cluster
+    without Kueue refuses every queued step alike) the others are named in one line."""
+    lines: list[str] = []
+    same: dict[tuple[str, str, str], list[str]] = {}
+    for r in results:
+        if r.ok:
+            continue
+        told = (r.message or "").replace(f'"{r.name}"', '"…"')
+        names = same.setdefault((r.state.value, r.reason, told), [])
+        names.append(r.name)
+        if len(names) <= SAME_FAILURES_SHOWN:
+            where = f"; log: {r.log_file}" if r.log_file else ""
+            lines.append(f"  {r.describe()}{where}")
+    for names in same.values():
+        rest = names[SAME_FAILURES_SHOWN:]
+        if rest:
+            shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} others" if rest[10:] else "")
+            lines.append(printable(f"  {len(rest)} more as {names[0]}: {shown}"))
+    return lines
 
 
 def _newly_blocked(before: StepResult | None, result: StepResult) -> bool:
