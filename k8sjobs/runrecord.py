@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shlex
 import socket
@@ -32,6 +33,8 @@ from .state import StepResult
 from .steps.names import label_value
 
 __all__ = ["RunJournal", "read_run", "read_runs", "record_paths", "retime"]
+
+_log = logging.getLogger(__name__)
 
 
 def record_paths(directory: Path, study: str) -> tuple[Path, Path]:
@@ -61,6 +64,7 @@ class RunJournal:
         os.ftruncate(fd, 0)
         # Line-buffered: each change reaches the file as one write, whole lines only.
         self._file: IO[str] | None = os.fdopen(fd, "w", buffering=1)
+        self.unwritten: OSError | None = None  # the first write that failed, if one did
         self._write(
             {"study": study, "started": started, "pid": os.getpid(), "host": socket.gethostname()}
         )
@@ -73,8 +77,16 @@ class RunJournal:
         """Write the whole run as one JSON (atomically), drop the journal; return the path."""
         self.close()
         partial = self.path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(timeline, indent=2))
-        os.replace(partial, self.path)
+        try:
+            partial.write_text(json.dumps(timeline, indent=2))
+            os.replace(partial, self.path)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            raise OSError(
+                exc.errno,
+                f"the run record {self.path} cannot be written ({exc.strerror or exc}); free "
+                f"space there, or run with --state-dir on a disk that can be written",
+            ) from None
         self.journal.unlink(missing_ok=True)
         return self.path
 
@@ -87,13 +99,29 @@ class RunJournal:
     def close(self) -> None:
         """Close the journal file (kept on disk: ``read_run`` still reads it)."""
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as exc:  # its last line could not be flushed: said in _write's way
+                self.unwritten = self.unwritten or exc
 
     def _write(self, entry: Mapping[str, Any]) -> None:
         if self._file is None:
             raise ValueError(f"the run journal {self.journal} is closed")
-        self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        if self.unwritten is not None:
+            return
+        try:
+            self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        except OSError as exc:
+            # A full disk, a state directory made read-only: the steps go on (a change of a
+            # step must never fail it); the run's end says the record is incomplete.
+            self.unwritten = exc
+            _log.warning(
+                "k8sjobs: the run journal %s cannot be written (%s); the run goes on, and "
+                "its record misses the changes from here on",
+                self.journal,
+                exc.strerror or exc,
+            )
 
 
 def read_run(directory: Path, study: str) -> dict[str, Any] | None:

@@ -431,6 +431,7 @@ class _JobRun:
         self._last_pod: dict[int | None, str] = {}
         self._save_lock = asyncio.Lock()
         self._saving: set[asyncio.Future[None]] = set()
+        self._unsaved = False  # a save failed and was said
         # Pods a killed driver left running, by completion index: followed, never restarted.
         self.orphans = {_index_of(o.name, manifests.name): o for o in orphans or []}
         # Every adopted pod had ended before this driver looked: until one runs anew, its
@@ -493,7 +494,7 @@ class _JobRun:
                     finished_at=datetime.now(UTC),
                 )
             )
-            await asyncio.shield(self._save())
+            await asyncio.shield(self._save_or_warn())
             raise
         except ValueError as exc:  # the slot scheduler: this machine can never fit the step
             self._publish(
@@ -501,6 +502,12 @@ class _JobRun:
                     state=StepState.FAILED, reason="Unschedulable", message=str(exc)
                 )
             )
+        except (OSError, ExceptionGroup) as exc:  # the state dir: a full disk, a read-only one
+            cause = _only_os_error(exc)
+            if cause is None:
+                raise
+            if not self.handle.result.state.terminal:
+                self._publish(self.handle.result.evolve(**self._unwritable(cause)))
         if await self._cancel_requested():
             self._publish(
                 self.handle.result.evolve(
@@ -510,7 +517,19 @@ class _JobRun:
                     finished_at=datetime.now(UTC),
                 )
             )
-        await self._save()
+        await self._save_or_warn()
+
+    def _unwritable(self, exc: OSError) -> dict[str, Any]:
+        """Return the FAILED result's fields for a step whose state could not be written."""
+        where = exc.filename or self.path
+        return {
+            "state": StepState.FAILED,
+            "reason": "StateNotWritable",
+            "message": f"k8sjobs could not write {where} ({exc.strerror or exc}); free space "
+            "there, or run with --state-dir on a disk that can be written (a process of the "
+            "step that started is adopted by the next run)",
+            "finished_at": datetime.now(UTC),
+        }
 
     async def _reserve_and_run(self) -> None:
         spec = self.job["spec"]
@@ -863,7 +882,7 @@ class _JobRun:
         for handle in (self.handle, *self.followers):
             handle.report(result)
         if changed and not result.state.terminal:  # the final save is awaited by _main
-            saving = asyncio.ensure_future(self._save())
+            saving = asyncio.ensure_future(self._save_or_warn())
             self._saving.add(saving)
             saving.add_done_callback(self._saving.discard)
 
@@ -871,6 +890,22 @@ class _JobRun:
         # One write at a time, each of the latest record, so the file never goes back in time.
         async with self._save_lock:
             await _write_json(self.path, self.record())
+
+    async def _save_or_warn(self) -> None:
+        """Save the record; a failure (a full disk) is said once, and the run goes on: the
+        step's result is still known to this driver, and its pods' ends to their keepers."""
+        try:
+            await self._save()
+        except OSError as exc:
+            if not self._unsaved:
+                self._unsaved = True
+                _log.warning(
+                    "k8sjobs: step %s: its record %s cannot be written (%s); status from "
+                    "another process shows it as last saved until space is freed",
+                    self.handle.name,
+                    self.path,
+                    exc.strerror or exc,
+                )
 
 
 _REPORT_POLL = 0.05
@@ -962,6 +997,16 @@ def _alive(record: Mapping[str, Any]) -> bool:
     except (ProcessLookupError, PermissionError, OverflowError):
         return False
     return True
+
+
+def _only_os_error(exc: BaseException) -> OSError | None:
+    """Return the OSError ``exc`` is, or the first of a group made of OSErrors only."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_only_os_error(e) for e in exc.exceptions]
+        return found[0] if found and all(found) else None
+    return None
 
 
 # What reading a step record raises when a newer k8sjobs wrote it or it is damaged.
