@@ -19,7 +19,14 @@ from collections.abc import Mapping
 
 from .artifacts._reference import pin
 from .artifacts._transfer import StoreFront
-from .artifacts.stepcache import ResultRecord, StepCache, content_digest
+from .artifacts.stepcache import (
+    InputArchives,
+    ResultRecord,
+    StepCache,
+    archives_of,
+    claims_to_verify,
+    content_digest,
+)
 from .errors import K8sJobsError
 from .handle import StepHandle
 from .render.manifests import Target, output_reference
@@ -45,12 +52,14 @@ class Reuse:
         self._saving: set[asyncio.Task[None]] = set()
         # manifest digest -> content digest of the artifacts seen (pushed, reused, read)
         self._content: dict[str, str] = {}
+        self._manifests: dict[str, bytes] = {}  # and their manifests, for their archives
 
     def _remember(self, manifest: bytes, digest: str, where: str) -> str:
         """Return the content digest of a manifest, kept for the steps that read it."""
         content = self._content.get(digest)
         if content is None:
             content = self._content[digest] = content_digest(manifest, where)
+            self._manifests[digest] = manifest
         return content
 
     def covers(self, step: Step) -> bool:
@@ -122,12 +131,16 @@ class Reuse:
             _log.info("step %s: no key (%s): not cached", step.name, exc)
             return None, pins
 
-    async def reuse(self, cache: StepCache, handle: StepHandle, key: str) -> bool | None:
+    async def reuse(
+        self, cache: StepCache, handle: StepHandle, key: str, pins: Mapping[str, str]
+    ) -> bool | None:
         """Report ``handle`` SUCCEEDED ("Cached") from the record of ``key``, if there is one.
 
         Return True when reused; False when there is no record (the step runs, or its
         identical ended Job is adopted); None when there is one but its outputs could not be
-        re-tagged here (a store that lost them): then the step must run anew, not be adopted.
+        re-tagged here (a store that lost them), or an input (``pins``, as ``key`` returned
+        them) is a directory archive other than the record's whose files digest claim does
+        not hold or cannot be checked: then the step must run anew, not be adopted.
         A result is reused whole or not at all.
         """
         step = handle.step
@@ -138,6 +151,8 @@ class Reuse:
                 return None  # cleared by hand (cache clear): run it, adopt no ended run
             if record is None or record.exit_code != 0 or set(record.outputs) != set(step.outputs):
                 return False
+            if not await self._claims_hold(cache, step, record, pins):
+                return None
             outputs = {
                 name: await cache.retag(out, output_reference(handle.study, step.name, name))
                 for name, out in record.outputs.items()
@@ -162,21 +177,53 @@ class Reuse:
         )
         return True
 
-    def record_when_done(self, cache: StepCache, handle: StepHandle, key: str) -> None:
-        """Record ``handle``'s result under ``key`` once it has succeeded (not if it fails)."""
+    async def _claims_hold(
+        self, cache: StepCache, step: Step, record: ResultRecord, pins: Mapping[str, str]
+    ) -> bool:
+        """Return whether every directory input that is not the archive ``record`` was made
+        from holds the files its files digest claims (the key trusted the claim): a layer
+        read for each such one, none when the archives are the recorded ones. False, with
+        one warning naming the input and why, on a mismatch or when it cannot be checked."""
+        for name in step.inputs:
+            reference = pins.get(name, "")
+            manifest = self._manifests.get(reference.rpartition("@")[2])
+            try:
+                if manifest is None:
+                    raise ValueError("its manifest was not read")
+                for layer in claims_to_verify(manifest, record.inputs.get(name)):
+                    await cache.verify_claim(reference, layer)
+            except (K8sJobsError, OSError, ValueError) as exc:
+                _log.warning(
+                    "step %s: input %s (%s) is another archive than its recorded result was "
+                    "made from, and its files digest claim is not confirmed (%s): running it",
+                    step.name,
+                    name,
+                    reference,
+                    exc,
+                )
+                return False
+        return True
+
+    def record_when_done(
+        self, cache: StepCache, handle: StepHandle, key: str, pins: Mapping[str, str]
+    ) -> None:
+        """Record ``handle``'s result under ``key`` once it has succeeded (not if it fails),
+        with the archives of its inputs (``pins``) it was made from."""
 
         def ended(h: StepHandle) -> None:
             if not h.done:
                 return
             h.remove_listener(ended)
             if h.result.ok and h.result.reason != CACHED:
-                task = asyncio.get_running_loop().create_task(self._save(cache, h, key))
+                task = asyncio.get_running_loop().create_task(self._save(cache, h, key, pins))
                 self._saving.add(task)
                 task.add_done_callback(self._saving.discard)
 
         handle.add_listener(ended)
 
-    async def _save(self, cache: StepCache, handle: StepHandle, key: str) -> None:
+    async def _save(
+        self, cache: StepCache, handle: StepHandle, key: str, pins: Mapping[str, str]
+    ) -> None:
         result = handle.result
         step = handle.step
         assert step is not None
@@ -201,10 +248,22 @@ class Reuse:
                     backend=handle.backend.kind,
                     namespace=handle.namespace,
                     object_name=handle.object_name,
+                    inputs=self._archives(step, pins),
                 )
             )
         except (K8sJobsError, OSError) as exc:
             _log.warning("step %s: its result was not recorded (%s)", step.name, exc)
+
+    def _archives(self, step: Step, pins: Mapping[str, str]) -> dict[str, InputArchives]:
+        """Return the archives of the inputs a step pulled, as its record keeps them (an
+        input whose manifest was not read is left out: it is checked at the next reuse)."""
+        found = {}
+        for name in step.inputs:
+            digest = pins.get(name, "").rpartition("@")[2]
+            manifest = self._manifests.get(digest)
+            if manifest is not None:
+                found[name] = archives_of(manifest, digest, pins[name])
+        return found
 
     async def aclose(self) -> None:
         """Finish writing the records of steps that succeeded, then close the stores."""

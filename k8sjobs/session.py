@@ -446,7 +446,7 @@ class Session:
                 self.observer.keyed(handle, key)
         reused: bool | None = False
         if key is not None and cache is not None and not how.rerun:
-            reused = await self._reuse.reuse(cache, handle, key)
+            reused = await self._reuse.reuse(cache, handle, key, pinned)
             if reused:
                 return
         # Run anew on purpose, or opted out of the cache (cache: false, or the session's
@@ -458,7 +458,7 @@ class Session:
             self._sent_with[handle.name] = pinned, key
         await backend.submit(handle, manifests, replace=how.replace, rerun=rerun)
         if key is not None and cache is not None:
-            self._reuse.record_when_done(cache, handle, key)
+            self._reuse.record_when_done(cache, handle, key, pinned)
 
     async def _resend_with(self, handle: StepHandle, memory: int) -> None:
         """Send ``handle``'s step again asking for ``memory`` bytes (an OOM retry)."""

@@ -152,30 +152,46 @@ class VerifyingWriter(BlobSink):
 class VerifyingExtractor(BlobSink):
     """Extracts a directory archive into ``staging`` as it arrives, and verifies the
     archive's digest. The caller moves the extracted tree into place only after ``finish``
-    (digest first, then the archive's safety) and otherwise discards ``staging``: an
-    unverified byte never reaches the target. After an unsafe member the rest of the blob
-    is still hashed, so that a corrupt transfer is reported as such, not as its effects."""
+    (digest first, then the archive's safety, then the layer's files digest ``claim``) and
+    otherwise discards ``staging``: an unverified byte never reaches the target. After an
+    unsafe member the rest of the blob is still hashed, so that a corrupt transfer is
+    reported as such, not as its effects.
+
+    With a ``claim`` (the layer's ``k8sjobs.io/files-digest``) the files digest is computed
+    as the members are placed, and a mismatch is refused as a blob digest mismatch is: the
+    step cache keys a directory input by that claim, so a false one would have a result
+    made from other files stand for this one. With no ``staging``, nothing is written:
+    ``files_digest`` is all the caller wants (a claim checked without a pull)."""
 
     hash_on_receive = True
 
     def __init__(
         self,
-        staging: Path,
+        staging: Path | None,
         media_type: str,
         digest: str,
         size: int,
         where: str,
         root: str,
         budget: Budget,
+        claim: str | None = None,
     ):
         super().__init__(digest, size, where)
         self._budget = budget
         self._meter = budget.meter(root, size, lambda: self.cancelled)
+        self._claim = claim
+        self._files = _tarball.FilesDigest() if claim is not None or staging is None else None
         self._extractor = _untar.Extractor(
-            staging, media_type, _tarball.zstandard_module, root=root, meter=self._meter
+            staging,
+            media_type,
+            _tarball.zstandard_module,
+            root=root,
+            meter=self._meter,
+            files=self._files,
         )
         self._failure: Exception | None = None
         self.tops: list[str] = []
+        self.files_digest = ""  # once finished, when counted
 
     def store(self, pieces: Sequence[Buffer]) -> None:
         if self._failure is not None:
@@ -200,6 +216,14 @@ class VerifyingExtractor(BlobSink):
         super().finish()
         if self._failure is not None:
             raise self._failure
+        if self._files is not None:
+            self.files_digest = self._files.digest()
+        if self._claim is not None and self.files_digest != self._claim:
+            raise DigestMismatch(
+                f"{self.where}: its files have digest {self.files_digest}, but the layer "
+                f"claims {_media.FILES_DIGEST} {_tarball.shown(self._claim[:80])}; "
+                "nothing of it was written."
+            )
 
     def abort(self) -> None:
         self._extractor.abort()

@@ -275,29 +275,68 @@ def write_archive(
     return ArchiveInfo(blob.digest, blob.size, tar_stream.digest, files.digest())
 
 
-class _FilesHasher:
-    """Writes the tar to ``out`` and hashes what the files are apart from their times: each
-    member's header with its mtime zeroed, and its bytes. So a directory output that a
-    producer re-made with the same files has the same ``files_digest``, and the steps that
-    read it the same key, though the archive (which keeps the mtimes a pull restores) differs.
+class FilesDigest:
+    """The files digest of a directory archive (``k8sjobs.io/files-digest``): a SHA-256 over
+    what its files are apart from their times. Each member's PAX header, rebuilt with its
+    mtime zeroed and no owners, then its bytes and the zero padding after them.
+
+    One class for both sides: the push feeds it as it writes the archive, and every pull
+    as it unpacks one (``_untar``), so a claim on a layer is checked by the very function
+    that made it. A producer that re-makes the same files gets the same digest, though the
+    archive (which keeps the mtimes a pull restores) differs.
     """
 
-    def __init__(self, out: _HashingWriter) -> None:
-        self.out = out
+    def __init__(self) -> None:
         self._hash = hashlib.sha256()
 
-    def header(self, info: tarfile.TarInfo) -> None:
-        self.out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+    def member(self, info: tarfile.TarInfo) -> None:
+        """Count a member's header (name, kind, mode, link target, size), never its time."""
         mtime, info.mtime = info.mtime, 0
-        self._hash.update(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
-        info.mtime = mtime
+        try:
+            self._hash.update(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        finally:
+            info.mtime = mtime
 
-    def write(self, data: bytes) -> int:
-        self._hash.update(data)
-        return self.out.write(data)
+    def entry(self, name: str, kind: bytes, mode: int, linkname: str, size: int) -> None:
+        """Count a member as an unpacking reader sees it (the pull's side of ``member``)."""
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.linkname, info.size = kind, mode & 0o7777, linkname, size
+        self.member(info)
+
+    def data(self, piece: bytes | memoryview) -> None:
+        """Count bytes of the current member's file."""
+        self._hash.update(piece)
+
+    def end_of_file(self, size: int) -> None:
+        """Count the padding after a file of ``size`` bytes, as the archive writes it."""
+        if size % tarfile.BLOCKSIZE:
+            self._hash.update(bytes(-size % tarfile.BLOCKSIZE))
 
     def digest(self) -> str:
         return "sha256:" + self._hash.hexdigest()
+
+
+class _FilesHasher:
+    """Writes the tar to ``out`` and feeds its files to a FilesDigest."""
+
+    def __init__(self, out: _HashingWriter) -> None:
+        self.out = out
+        self.files = FilesDigest()
+
+    def header(self, info: tarfile.TarInfo) -> None:
+        self.out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        self.files.member(info)
+
+    def write(self, data: bytes) -> int:
+        self.files.data(data)
+        return self.out.write(data)
+
+    def end_of_file(self, size: int) -> None:
+        self.files.end_of_file(size)
+        self.out.write(bytes(-size % tarfile.BLOCKSIZE))
+
+    def digest(self) -> str:
+        return self.files.digest()
 
 
 _END = bytes(2 * tarfile.BLOCKSIZE)
@@ -338,7 +377,7 @@ def _write_member(
     out.header(info)
     if info.size:
         _copy_file(path, info.size, out)
-        out.write(bytes(-info.size % tarfile.BLOCKSIZE))
+        out.end_of_file(info.size)
 
 
 def _copy_file(path: str, size: int, out: _FilesHasher) -> None:

@@ -148,6 +148,13 @@ class StoreFront(BlobBackend):
             limits=limits,
         )
 
+    async def files_digest(
+        self, reference: str, desc: Descriptor, limits: PullLimits | None = None
+    ) -> str:
+        """Return the files digest of the directory layer ``desc`` of ``reference``, computed
+        by reading it as a pull does, within ``limits``, with nothing written anywhere."""
+        return await files_digest_of(self, self._ref(reference), desc, limits)
+
     async def exists(self, reference: str) -> bool:
         """Return True when ``reference`` names a stored manifest."""
         try:
@@ -448,7 +455,14 @@ async def _pull_archive(
     def sink(where: str) -> VerifyingExtractor:
         stagings.append(_staging.staging_dir(target))
         return VerifyingExtractor(
-            stagings[-1].path, desc.media_type, desc.digest, desc.size, where, desc_root, budget
+            stagings[-1].path,
+            desc.media_type,
+            desc.digest,
+            desc.size,
+            where,
+            desc_root,
+            budget,
+            claim=desc.annotations.get(_media.FILES_DIGEST),
         )
 
     try:
@@ -458,6 +472,26 @@ async def _pull_archive(
     finally:
         with anyio.CancelScope(shield=True):  # on every exit, cancellation included
             await anyio.to_thread.run_sync(_release_all, stagings)
+
+
+async def files_digest_of(
+    backend: BlobBackend, ref: Reference, desc: Descriptor, limits: PullLimits | None
+) -> str:
+    """Return the files digest of a directory layer, read and counted as ``_pull_archive``
+    unpacks it (the same parser and the same ``FilesDigest``, in a worker thread), its blob
+    digest verified; nothing is written. Bounded as a pull of that layer is."""
+    budget = Budget(limits or PullLimits(), f"Verifying {desc.title} of {ref}")
+    budget.check_declared({desc.title or "": (desc.size, True)})
+    root = _layer_destination(Path("/"), desc).name
+
+    def sink(where: str) -> VerifyingExtractor:
+        return VerifyingExtractor(
+            None, desc.media_type, desc.digest, desc.size, where, root, budget
+        )
+
+    done = await backend.fetch_blob(ref, desc, sink, lambda n: None)
+    assert isinstance(done, VerifyingExtractor)
+    return done.files_digest
 
 
 def _prepare(parents: set[Path]) -> None:

@@ -40,6 +40,7 @@ from typing import Any
 from ..errors import UnsafeArchive
 from ._fd import write_all
 from ._links import LinkLoop, resolve, within
+from ._tarball import FilesDigest
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
@@ -172,12 +173,19 @@ def _pax_records(data: bytes) -> dict[str, Any]:
 
 class _Tar:
     """The tar parser proper: a state machine fed with decompressed views. With ``root``,
-    every member (and every symlink's destination) must be ``root`` or under it."""
+    every member (and every symlink's destination) must be ``root`` or under it. With
+    ``files``, every member is counted into that files digest as it is placed; without a
+    ``target``, nothing is written (a claim checked without unpacking)."""
 
     def __init__(
-        self, target: Path, root: str | None = None, meter: Callable[[int], None] | None = None
+        self,
+        target: Path | None,
+        root: str | None = None,
+        meter: Callable[[int], None] | None = None,
+        files: FilesDigest | None = None,
     ) -> None:
-        self._base = str(target)
+        self._base = None if target is None else str(target)
+        self._files = files
         self._root = root
         self._meter = meter
         self._held = bytearray()  # a header, or a pax/long-name record, split across pieces
@@ -211,10 +219,12 @@ class _Tar:
                 elif self._left:
                     step = min(self._left, len(view))
                     data.append(view[:step])
+                    if self._files is not None:
+                        self._files.data(view[:step])
                     view = view[step:]
                     self._left -= step
                     if not self._left:
-                        write_all(self._fd, data)
+                        self._write(data)
                         data.clear()
                         self._close_file()
                 elif not self._held and len(view) >= _BLOCK and not self._meta_type:
@@ -223,6 +233,10 @@ class _Tar:
                 else:
                     view = self._collect(view)
         if data:  # the views are the caller's again once this returns
+            self._write(data)
+
+    def _write(self, data: list[memoryview]) -> None:
+        if self._fd >= 0:  # none when only counting
             write_all(self._fd, data)
 
     def _collect(self, view: memoryview) -> memoryview:
@@ -269,6 +283,13 @@ class _Tar:
             return
         member = _Member(header, {**self._global, **self._meta})
         self._meta = {}
+        if self._files is not None:  # as declared: placing it filters its mode
+            try:
+                self._files.entry(
+                    member.name, member.type, member.mode, member.linkname, member.size
+                )
+            except ValueError as exc:  # a field tar cannot write back: no digest matches it
+                raise UnsafeArchive(f'member "{member.name}": {exc}') from None
         self._place(member)
 
     def _record(self, data: bytes) -> None:
@@ -289,6 +310,12 @@ class _Tar:
         name = self._check(member)
         self.tops.add(name.partition("/")[0])
         if name == ".":
+            return
+        if self._base is None:  # only counting: a file's bytes are read, nothing is made
+            if member.type in _REGULAR:
+                self._file, self._left = member, member.size
+                if not self._left:
+                    self._close_file()
             return
         parent = name.rpartition("/")[0]  # the name is normalised: no trailing slash
         if parent not in self._made:
@@ -389,12 +416,15 @@ class _Tar:
         member, fd = self._file, self._fd
         assert member is not None
         self._fd, self._file = -1, None
-        try:
-            if self._umask is None or member.mode & self._umask:
-                os.fchmod(fd, member.mode)  # the umask took bits away
-            os.utime(fd, (member.mtime, member.mtime))
-        finally:
-            os.close(fd)
+        if fd >= 0:
+            try:
+                if self._umask is None or member.mode & self._umask:
+                    os.fchmod(fd, member.mode)  # the umask took bits away
+                os.utime(fd, (member.mtime, member.mtime))
+            finally:
+                os.close(fd)
+        if self._files is not None:
+            self._files.end_of_file(member.size)
         self._skip = -member.size % _BLOCK
 
 
@@ -561,7 +591,9 @@ class _Forward:
 class Extractor:
     """Extract one archive into the empty directory ``target`` as it is fed (blocking);
     with ``root`` (a layer's title), only ``root`` and what is under it; ``meter`` is told
-    the size of every piece of tar stream produced, and may raise to stop.
+    the size of every piece of tar stream produced, and may raise to stop; ``files`` counts
+    every member into a files digest (``_tarball.FilesDigest``, the push's own), and with no
+    ``target`` nothing is written: the archive is only read and counted.
 
     ``feed`` raises UnsafeArchive on the first unsafe member or corrupt byte; ``close``
     returns the top-level names once the archive is complete; ``abort`` closes what is
@@ -570,13 +602,14 @@ class Extractor:
 
     def __init__(
         self,
-        target: Path,
+        target: Path | None,
         media_type: str,
         zstandard: Callable[[], Any],
         root: str | None = None,
         meter: Callable[[int], None] | None = None,
+        files: FilesDigest | None = None,
     ) -> None:
-        self._tar = _Tar(target, root, meter)
+        self._tar = _Tar(target, root, meter, files)
         self._decoder: _Gunzip | _Unzstd | None = None
         if media_type.endswith("+zstd"):
             self._decoder = _Unzstd(self._tar.feed, zstandard())

@@ -17,15 +17,25 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+import anyio
+
 from .._version import __version__
-from ..errors import ArtifactNotFound, InvalidReference, RegistryError
+from ..errors import (
+    ArtifactNotFound,
+    DigestMismatch,
+    InvalidReference,
+    RegistryError,
+    RegistryUnavailable,
+)
 from . import _media
+from ._limits import PullLimits
 from ._media import Descriptor
 from ._reference import Reference, parse_reference, pin
 
@@ -35,9 +45,12 @@ __all__ = [
     "CacheStore",
     "CachedOutput",
     "Cleared",
+    "InputArchives",
     "ResultRecord",
     "StepCache",
     "UnreadableRecord",
+    "archives_of",
+    "claims_to_verify",
     "content_digest",
     "keys_of_tags",
     "record_reference",
@@ -68,6 +81,20 @@ class CachedOutput:
 
 
 @dataclass(frozen=True)
+class InputArchives:
+    """Which archives an input was when a result was made from it: its manifest's digest
+    and, by title, the archive digest of each layer unpacked as a directory.
+
+    A directory input is keyed by its files digest, a claim its layer carries; the archive
+    a step pulled had that claim checked by the pull. A later input with the same key but
+    another archive (a times-only re-push, or a forged claim) is checked before the record
+    stands for it (``claims_to_verify``)."""
+
+    manifest: str
+    layers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ResultRecord:
     """A step's recorded success: what a later run with the same key reuses."""
 
@@ -82,6 +109,9 @@ class ResultRecord:
     namespace: str = ""
     object_name: str = ""
     version: str = __version__
+    #: The input archives the result was computed from; empty in a record written before
+    #: they were recorded, whose every claimed directory is checked (``claims_to_verify``).
+    inputs: Mapping[str, InputArchives] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as plain JSON data (manifests in base64)."""
@@ -107,6 +137,10 @@ class ResultRecord:
                     "manifest": base64.b64encode(out.manifest).decode(),
                 }
                 for name, out in self.outputs.items()
+            },
+            "inputs": {
+                name: {"manifest": one.manifest, "layers": dict(one.layers)}
+                for name, one in self.inputs.items()
             },
         }
 
@@ -141,6 +175,7 @@ class ResultRecord:
             namespace=_text(top.get("namespace", ""), "namespace", _NAME_LIMIT),
             object_name=_text(top.get("object_name", ""), "object_name", _NAME_LIMIT),
             version=_text(top.get("k8sjobs_version", ""), "k8sjobs_version", _NAME_LIMIT),
+            inputs=_inputs(top.get("inputs", {})),
         )
 
     @classmethod
@@ -231,6 +266,37 @@ def _output(name: str, value: object) -> CachedOutput:
     return CachedOutput(reference, manifest, media_type)
 
 
+def _inputs(value: object) -> dict[str, InputArchives]:
+    found = _object(value, "inputs")
+    if len(found) > MAX_RECORD_OUTPUTS:
+        raise UnreadableRecord(f"inputs: {len(found)} of them, over {MAX_RECORD_OUTPUTS}")
+    inputs = {}
+    for name, one in found.items():
+        where = f'inputs "{str(name)[:80]}"'
+        entry = _object(one, where)
+        layers = _object(entry.get("layers", {}), f"{where}.layers")
+        if len(layers) > MAX_RECORD_OUTPUTS:
+            raise UnreadableRecord(f"{where}.layers: {len(layers)}, over {MAX_RECORD_OUTPUTS}")
+        inputs[_text(name, "inputs", _NAME_LIMIT)] = InputArchives(
+            _digest(entry.get("manifest"), f"{where}.manifest"),
+            {
+                _text(title, f"{where}.layers", _NAME_LIMIT): _digest(digest, f"{where}.layers")
+                for title, digest in layers.items()
+            },
+        )
+    return inputs
+
+
+def _digest(value: object, field: str) -> str:
+    text = _text(value, field, 200)
+    if not _SHA256.fullmatch(text):
+        raise UnreadableRecord(f"{field}: {text[:80]!r} is not a sha256 digest")
+    return text
+
+
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 def _kind(value: object) -> str:
     kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
     return kinds.get(type(value), "number")
@@ -252,6 +318,10 @@ class CacheStore(Protocol):
     async def mount_blob(self, dst: Reference, desc: Descriptor, src: Reference) -> None: ...
 
     async def resolve(self, reference: str) -> str: ...
+
+    async def files_digest(
+        self, reference: str, desc: Descriptor, limits: PullLimits | None = None
+    ) -> str: ...
 
     async def delete(self, reference: str) -> None: ...
 
@@ -285,10 +355,33 @@ def _layer_identity(layer: Descriptor) -> str:
     """
     if not layer.unpack:
         return layer.digest
-    value = layer.annotations.get(_media.FILES_DIGEST, "")
-    if re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+    value = _claim(layer)
+    if value:
         return f"files:{value}"
     return f"unpack:{layer.digest}"
+
+
+def _claim(layer: Descriptor) -> str:
+    """Return the files digest an unpacked layer claims, when it is one ("" otherwise)."""
+    value = layer.annotations.get(_media.FILES_DIGEST, "")
+    return value if layer.unpack and _SHA256.fullmatch(value) else ""
+
+
+def archives_of(manifest: bytes, digest: str, where: str = "an input") -> InputArchives:
+    """Return the archives of an input, as a record keeps them (``InputArchives``)."""
+    parsed = _media.decode_manifest(manifest, where)
+    layers = {d.title or "": d.digest for d in parsed.layers if d.unpack}
+    return InputArchives(digest, layers)
+
+
+def claims_to_verify(manifest: bytes, recorded: InputArchives | None) -> list[Descriptor]:
+    """Return the layers of an input whose files digest claim must be checked before a
+    record made from ``recorded`` stands for it: each directory layer keyed by its claim
+    whose archive is not the one recorded. Empty when the input is the recorded archives
+    (the common case: no fetch); every claimed layer for a record without them."""
+    parsed = _media.decode_manifest(manifest, "an input")
+    known = recorded.layers if recorded is not None else {}
+    return [d for d in parsed.layers if _claim(d) and known.get(d.title or "") != d.digest]
 
 
 def record_reference(key: str) -> str:
@@ -319,6 +412,8 @@ class StepCache:
     def __init__(self, store: CacheStore) -> None:
         self.store = store
         self.requests = 0  # network requests: a layout's file reads are not counted
+        #: Layers read to check their files digest claim before a reuse (one blob GET each).
+        self.verifications = 0
         self.local = type(store).__name__ == "OCILayout"
         self._config_stored = False
         #: The keys a lookup found cleared (``cache clear``): their steps run anew.
@@ -428,6 +523,27 @@ class StepCache:
         self.requests += 1
         await self.store.put_manifest(ref, _media.encode_manifest(manifest), _media.MANIFEST)
 
+    async def verify_claim(self, reference: str, layer: Descriptor) -> None:
+        """Check that the directory layer ``layer`` of ``reference`` holds the files its
+        ``k8sjobs.io/files-digest`` claims, by reading it (one blob GET, no file written,
+        bounded by the pull limits and by ``verify_timeout()``); raise DigestMismatch if
+        not, RegistryError, TimeoutError or ValueError (a bad bound) when it cannot tell."""
+        bound = verify_timeout()
+        self.requests += 1
+        self.verifications += 1
+        claim = _claim(layer)
+        try:
+            with anyio.fail_after(bound):
+                found = await self.store.files_digest(reference, layer, PullLimits.from_env())
+        except TimeoutError:
+            raise RegistryUnavailable(
+                f"layer {layer.title} was not read within {bound:g} s (raise {VERIFY_TIMEOUT_ENV})"
+            ) from None
+        if found != claim:
+            raise DigestMismatch(
+                f"layer {layer.title} ({layer.digest}) has files digest {found}, but claims {claim}"
+            )
+
     async def manifest_of(self, reference: str) -> tuple[bytes, str]:
         """Return the manifest bytes and digest ``reference`` names (one GET)."""
         self.requests += 1
@@ -478,6 +594,26 @@ class StepCache:
         except ArtifactNotFound:
             return False
         return True
+
+
+#: Seconds the read of one layer whose claim is checked may take (default 600).
+VERIFY_TIMEOUT_ENV = "K8SJOBS_CACHE_VERIFY_TIMEOUT"
+_VERIFY_TIMEOUT = 600.0
+
+
+def verify_timeout(environ: Mapping[str, str] = os.environ) -> float:
+    """Return the bound on one claim check: $K8SJOBS_CACHE_VERIFY_TIMEOUT seconds, or 600."""
+    text = environ.get(VERIFY_TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else _VERIFY_TIMEOUT
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f'{VERIFY_TIMEOUT_ENV}: "{text[:40]}" is not a number of seconds; set it to one '
+            f"(such as 600) or unset it."
+        )
+    return value
 
 
 def _unpinned(reference: str) -> str:
