@@ -115,13 +115,20 @@ async def _pull(args: argparse.Namespace) -> None:
         async with _store(args) as store:
             result = await store.pull(args.reference, args.target, progress=bars, limits=limits)
     for path in result.paths:
-        print(path)
+        print(_shown(str(path)))
 
 
 async def _tags(args: argparse.Namespace) -> None:
     async with _store(args) as store:
         for tag in await store.tags(args.repository):
-            print(tag)
+            print(_shown(tag))
+
+
+def _shown(name: str) -> str:
+    """Return a name from the store as printed: escaped for a terminal (as ``ls`` does: a
+    file name or an OCI layout's tag can hold ``ESC]0;...``), the very bytes for a pipe, so
+    ``artifact pull ... | xargs`` gets the real names."""
+    return printable(name) if sys.stdout.isatty() else name
 
 
 async def _rm(args: argparse.Namespace) -> None:
