@@ -2,6 +2,7 @@
 
     python benchmarks/bench_rerun.py                 # 1,000 steps
     python benchmarks/bench_rerun.py --steps 200     # quick run
+    python benchmarks/bench_rerun.py --verify-mb 100 # the price of checking a files digest
 
 A study of ``--steps`` steps (a binary tree: step i reads step (i - 1) // 2's output, each
 writes one small file) runs on the fake cluster with its executing kubelet (real processes,
@@ -11,18 +12,30 @@ run (in all, and writes), and the registry requests the step cache made per reus
 The floor (docs/reruns.md): a reused step makes no Kubernetes request and at most 2 registry
 requests (one read of its record, one manifest PUT per output: one output here). The fake
 cluster runs in this process, so its CPU is part of both runs alike.
+
+``--verify-mb N`` measures instead what checking a directory's files digest claim costs, on
+one step of the local backend reading an N MB directory from a real docker-registry: a reuse
+whose input is the recorded archive (no read) against one after a times-only re-push (the
+layer is read once and its claim checked), and a pull of the directory that checks its claim
+while unpacking against the same pull of a manifest without the claim. Best of 3 each.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from k8sjobs import Session
+from k8sjobs.artifacts import _media, open_store
+from k8sjobs.artifacts._transfer import StoreFront
+from k8sjobs.local import LocalBackend
 from k8sjobs.reuse import CACHED
 from k8sjobs.steps.spec import Step, StepOutput
 from k8sjobs.testing import ControllerConfig, FakeCluster
@@ -82,6 +95,76 @@ async def main(steps: int) -> None:
     print(f"| registry requests (step cache) | {requests} | {requests / per:.2f} |")
 
 
+INPUT = "in/corpus:v1"
+READER = Step(
+    name="reader",
+    script='ls "$K8SJOBS_INPUTS"/data/corpus | wc -l > out.txt',
+    inputs={"data": INPUT},
+    outputs={"out": "out.txt"},
+)
+
+
+async def reuse_once(store: str, state: Path) -> tuple[float, str, int]:
+    """Run the reader once; return (seconds, its reason, layers read to check a claim)."""
+    started = time.perf_counter()
+    async with Session(
+        study="bench-verify", backend=LocalBackend(state_dir=state), store=store, plain_http=True
+    ) as session:
+        [result] = await session.gather(await session.submit(READER), check=True, timeout=600)
+        checks = sum(c.verifications for c in session._reuse.caches.values())
+    return time.perf_counter() - started, result.reason or "", checks
+
+
+async def verify_cost(megabytes: int) -> None:
+    if not registry_available():
+        sys.exit("docker-registry is needed (apt-get install docker-registry)")
+    with registry_process() as registry, tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        folder = root / "corpus"
+        folder.mkdir()
+        for i in range(megabytes):
+            (folder / f"part{i:04d}.bin").write_bytes(os.urandom(1 << 20))
+        location = f"{registry.location}/bench-verify-{int(time.time())}"
+        store = open_store(location, plain_http=True)
+        assert isinstance(store, StoreFront)
+        async with store:
+            pushed = await store.push(INPUT, [folder])
+            manifest, _, _ = await store.get_manifest(store._ref(pushed.pinned))
+            bare = json.loads(manifest)
+            del bare["layers"][0]["annotations"][_media.FILES_DIGEST]
+            await store.put_manifest(
+                store._ref("in/corpus:bare"), json.dumps(bare).encode(), _media.MANIFEST
+            )
+            await reuse_once(location, root / "state")  # runs the step: the record
+            same = [await reuse_once(location, root / "state") for _ in range(3)]
+            assert all(r[1:] == (CACHED, 0) for r in same), same
+            checked = []
+            for n in range(3):
+                for path in [folder, *folder.iterdir()]:
+                    os.utime(path, (1_000_000_000 + n, 1_000_000_000 + n))
+                await store.push(INPUT, [folder])  # the same files, other times
+                checked.append(await reuse_once(location, root / "state"))
+            assert all(r[1:] == (CACHED, 1) for r in checked), checked
+            pulls: dict[str, list[float]] = {"in/corpus:bare": [], INPUT: []}
+            for _ in range(3):
+                for reference, times in pulls.items():
+                    target = root / "pulled"
+                    started = time.perf_counter()
+                    await store.pull(reference, target)
+                    times.append(time.perf_counter() - started)
+                    shutil.rmtree(target)
+    plain, check = min(r[0] for r in same), min(r[0] for r in checked)
+    bare_pull, claim_pull = min(pulls["in/corpus:bare"]), min(pulls[INPUT])
+    print(f"| {megabytes} MB directory input (local backend, docker-registry) | seconds | ratio |")
+    print("|---|---:|---:|")
+    print(f"| reuse, the recorded archive (no read) | {plain:.2f} | 1.00 |")
+    print(f"| reuse after a times-only re-push (layer read, claim checked) | {check:.2f} "
+          f"| {check / plain:.2f} |")  # fmt: skip
+    print(f"| pull, no claim on the layer | {bare_pull:.2f} | 1.00 |")
+    print(f"| pull, claim checked while unpacking | {claim_pull:.2f} "
+          f"| {claim_pull / bare_pull:.2f} |")  # fmt: skip
+
+
 def writes(cluster: FakeCluster) -> int:
     return sum(cluster.request_count(verb) for verb in WRITES)
 
@@ -96,4 +179,8 @@ def _positive(text: str) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=_positive, default=1000, help="steps in the study")
-    asyncio.run(main(parser.parse_args().steps))
+    parser.add_argument(
+        "--verify-mb", type=_positive, help="measure checking the files digest of N MB instead"
+    )
+    args = parser.parse_args()
+    asyncio.run(verify_cost(args.verify_mb) if args.verify_mb else main(args.steps))

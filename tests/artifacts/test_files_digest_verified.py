@@ -273,19 +273,23 @@ _DIR_MODES = st.sampled_from([0o700, 0o755, 0o750, 0o775])
 @st.composite
 def trees(draw: st.DrawFn, depth: int = 0) -> dict[str, object]:
     """A directory: name -> bytes and a mode (a file), a str (a symlink to that sibling),
-    or a dict (a directory, maybe empty), with the directory's mode under ""."""
+    a list of one str (a hard link to that sibling file), or a dict (a directory, maybe
+    empty), with the directory's mode under ""."""
     names = draw(st.lists(_NAMES, max_size=5, unique=True))
     tree: dict[str, object] = {"": draw(_DIR_MODES)}
     files = []
     for name in names:
-        kind = draw(st.sampled_from(["file", "dir", "link"] if depth < 2 else ["file", "link"]))
+        kinds = ["file", "dir", "link", "hard"] if depth < 2 else ["file", "link", "hard"]
+        kind = draw(st.sampled_from(kinds))
         if kind == "file":
             tree[name] = (draw(st.binary(max_size=1500)), draw(_FILE_MODES))
             files.append(name)
         elif kind == "dir":
             tree[name] = draw(trees(depth + 1))
-        elif files:
+        elif files and kind == "link":
             tree[name] = draw(st.sampled_from(files))
+        elif files:
+            tree[name] = [draw(st.sampled_from(files))]
     return tree
 
 
@@ -298,6 +302,8 @@ def _make(path: Path, tree: dict[str, object]) -> None:
             _make(path / name, value)
         elif isinstance(value, str):
             (path / name).symlink_to(value)
+        elif isinstance(value, list):
+            os.link(path / value[0], path / name)
         else:
             assert isinstance(value, tuple)
             (path / name).write_bytes(value[0])
