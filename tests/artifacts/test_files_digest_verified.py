@@ -352,3 +352,23 @@ def test_the_push_s_files_digest_is_what_every_pull_finds(
             assert files.digest() == info.files_digest
             if target is not None:
                 _restore(target)
+
+
+async def test_a_claim_that_cannot_be_checked_runs_the_step_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any failure to check (here a bound that is not a number) is no licence to reuse."""
+    place = Place(f"oci:{tmp_path / 'store'}", None)
+    folder = corpus(tmp_path / "src", "alpha\n")
+    async with open_store(place.location) as store:
+        await store.push(INPUT, [folder])
+        assert (await run_reader(place, tmp_path))[1] is StepState.SUCCEEDED
+        for path in [folder, *folder.rglob("*")]:
+            os.utime(path, (1_000_000_000, 1_000_000_000), follow_symlinks=False)
+        await store.push(INPUT, [folder])
+    monkeypatch.setenv("K8SJOBS_CACHE_VERIFY_TIMEOUT", "soon")
+    caplog.set_level(logging.WARNING, "k8sjobs")
+    reason, state, text, _ = await run_reader(place, tmp_path)
+    assert (reason != CACHED, state, text) == (True, StepState.SUCCEEDED, "alpha\n")
+    warned = [r.getMessage() for r in caplog.records if "files digest claim" in r.getMessage()]
+    assert len(warned) == 1 and 'K8SJOBS_CACHE_VERIFY_TIMEOUT: "soon"' in warned[0], warned
