@@ -846,6 +846,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     output = args.output or record.with_suffix(".html")
     try:
         output.write_text(report_html(recorded, source=str(source)))
+    except BrokenPipeError:
+        raise  # -o /dev/stdout whose reader left: the command ends quietly, as for -o -
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise UsageError(f"report: cannot write {output}: {why}; choose another -o FILE") from None

@@ -52,10 +52,11 @@ def _run_small_study(folder: Path) -> Path:
         ["status", "{small}", "-o", "json"],
         ["logs", "--study", "small", "a"],
         ["rbac", "--namespace", "n"],
+        ["report", "small", "-o", "/dev/stdout"],
         ["--help"],
         ["run", "--help"],
     ],
-    ids=["render", "status", "status-json", "logs", "rbac", "help", "run-help"],
+    ids=["render", "status", "status-json", "logs", "rbac", "report-stdout", "help", "run-help"],
 )
 def test_a_reader_that_closed_the_pipe_ends_any_printing_command_quietly(
     tmp_path: Path, command: list[str]
