@@ -1,0 +1,98 @@
+"""The keys tables of the docs list exactly the keys the code takes (issue 34 item 29).
+
+docs/steps.md's Fields table against ``Step.model_fields``, docs/studies.md's against
+``study._STUDY_KEYS`` and ``study._EXTRA_STEP_KEYS``, in both directions: a key missing from
+its page, and a documented key that does not exist. ``python -m k8sjobs.fieldtables``
+updates them; each failure names that command.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from k8sjobs import fieldtables, study
+from k8sjobs.steps.spec import Step
+
+DOCS = Path(__file__).parent.parent / "docs"
+_FIX = f"run `{fieldtables.COMMAND}` and write the meaning of each new row"
+
+
+def _page(table: str) -> str:
+    return (DOCS / fieldtables.TABLES[table][0]).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("table", sorted(fieldtables.TABLES))
+def test_every_key_has_one_row_and_every_row_names_a_key(table: str) -> None:
+    problems = fieldtables.check_page(_page(table), table)
+    assert not problems, "\n".join([*problems, _FIX])
+
+
+@pytest.mark.parametrize("table", sorted(fieldtables.TABLES))
+def test_regenerating_a_table_that_is_true_changes_nothing(table: str) -> None:
+    text = _page(table)
+    assert fieldtables.update_page(text, table) == text, _FIX
+
+
+def test_the_tables_stand_for_the_models() -> None:
+    """What the check compares against is the models' keys themselves, not a copy."""
+    keys = {table: set(rows()) for table, (_, rows) in fieldtables.TABLES.items()}
+    assert keys["Step.model_fields"] == set(Step.model_fields)
+    assert keys["study._STUDY_KEYS"] == set(study._STUDY_KEYS)
+    assert keys["study._EXTRA_STEP_KEYS"] == set(study._EXTRA_STEP_KEYS)
+
+
+def _drop_row(text: str, name: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(f"| `{name}` |"))
+
+
+@pytest.mark.parametrize("table", sorted(fieldtables.TABLES))
+def test_a_key_missing_from_its_page_is_caught_and_regenerated(table: str) -> None:
+    text = _page(table)
+    name = fieldtables.page_rows(text, table)[0].names[0]
+    without = _drop_row(text, name)
+    assert f"{table}: {name!r} has no row" in fieldtables.check_page(without, table)
+    regenerated = fieldtables.update_page(without, table)
+    assert name in [n for row in fieldtables.page_rows(regenerated, table) for n in row.names]
+
+
+@pytest.mark.parametrize("table", sorted(fieldtables.TABLES))
+def test_a_documented_key_that_does_not_exist_is_caught_and_dropped(table: str) -> None:
+    text = _page(table)
+    row = fieldtables.page_rows(text, table)[0]
+    forged = text.replace(row.line(), f"{row.line()}\n| `no_such_key`, `{row.names[0]}x` | x | y |")
+    problems = fieldtables.check_page(forged, table)
+    assert f"{table}: 'no_such_key' is documented but is no key" in problems
+    assert fieldtables.update_page(forged, table) == text
+
+
+def test_a_new_field_gets_a_row_with_the_models_default_and_description() -> None:
+    rows = fieldtables.step_keys()
+    assert rows["retries"] == fieldtables.Row(
+        ("retries",), "`0`", "Pod retries: the Job's backoffLimit."
+    )
+    assert rows["name"].default == "required"
+    assert rows["queue"].default == "none"
+    assert rows["flux_in_image"].default == "`false`"
+    # A new row without a description is flagged until the writer gives its meaning.
+    bare = fieldtables.Row(("x",), "none", "").line()
+    assert fieldtables._parse_row(bare) == fieldtables.Row(("x",), "none", "")
+
+
+def test_the_command_rewrites_the_pages_and_checks_them(tmp_path: Path) -> None:
+    for page in {page for page, _ in fieldtables.TABLES.values()}:
+        text = (DOCS / page).read_text(encoding="utf-8")
+        (tmp_path / page).write_text(_drop_row(text, "script_file" if "studies" in page else "shm"))
+    assert fieldtables.main(["--docs", str(tmp_path), "--check"]) == 1
+    assert fieldtables.main(["--docs", str(tmp_path)]) == 1  # new rows, meanings to write
+    steps = (tmp_path / "steps.md").read_text(encoding="utf-8")
+    assert re.search(r"^\| `shm` \| none \| Memory-backed /dev/shm size", steps, re.M)
+
+
+def test_the_studies_page_names_the_merged_defaults() -> None:
+    text = (DOCS / "studies.md").read_text(encoding="utf-8")
+    section = text.split("## Defaults", 1)[1].split("\n## ", 1)[0]
+    missing = [key for key in study._MERGED if f"`{key}`" not in section]
+    assert not missing, f"docs/studies.md, Defaults: say that {missing} merge key by key"
