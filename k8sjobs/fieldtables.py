@@ -35,6 +35,7 @@ COMMAND = "python -m k8sjobs.fieldtables"
 _MARKER = "<!-- keys-table: {} -->"
 _HEADER = ("| {} | default | meaning |", "|---|---|---|")
 _CODE = re.compile(r"`([^`]+)`")
+_ONE_CODE = re.compile(r"`[^`]*`")
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,25 @@ def page_rows(text: str, table: str) -> list[Row]:
     return [_parse_row(line) for line in lines[start:end]]
 
 
+def _model_default(row: Row, keys: Mapping[str, Row]) -> str | None:
+    """Return the model's default for a one-key row whose page default is one the model
+    states the same way (``required``, or one code span such as `` `0` ``) and says other;
+    None when they agree or the page describes the default in words ("by `mpi`")."""
+    if len(row.names) != 1 or row.names[0] not in keys:
+        return None
+    model = keys[row.names[0]].default
+    comparable = {row.default, model} & {"required"} or (
+        _ONE_CODE.fullmatch(row.default) and _ONE_CODE.fullmatch(model)
+    )
+    return model if comparable and model != row.default else None
+
+
 def key_rows(rows: Sequence[Row], keys: Mapping[str, Row]) -> list[Row]:
     """Return ``rows`` made to list exactly ``keys``: each row keeps its prose and the names
-    that are keys, a row left with none goes, and each key no row names gets its new row."""
+    that are keys (a default the model states otherwise becomes the model's), a row left with
+    none goes, and each key no row names gets its new row."""
     kept = [
-        Row(names, row.default, row.meaning)
+        Row(names, _model_default(row, keys) or row.default, row.meaning)
         for row in rows
         if (names := tuple(n for n in row.names if n in keys))
     ]
@@ -137,13 +152,19 @@ def update_page(text: str, table: str) -> str:
 
 def check_page(text: str, table: str) -> list[str]:
     """Return what is wrong with ``table`` on the page: keys without a row, documented keys
-    that do not exist, keys in two rows, rows without a meaning. Empty when it is right."""
+    that do not exist, keys in two rows, a default the model states otherwise, rows without
+    a meaning. Empty when it is right."""
     keys = TABLES[table][1]()
     rows = page_rows(text, table)
     names = [name for row in rows for name in row.names]
     problems = [f"{table}: {n!r} has no row" for n in keys if n not in names]
     problems += [f"{table}: {n!r} is documented but is no key" for n in names if n not in keys]
     problems += [f"{table}: {n!r} has two rows" for n in sorted(set(names)) if names.count(n) > 1]
+    problems += [
+        f"{table}: {row.names[0]!r}: the default says {row.default}, the model {model}"
+        for row in rows
+        if (model := _model_default(row, keys))
+    ]
     problems += [
         f"{table}: the row of {', '.join(row.names) or 'no key'} says no meaning"
         for row in rows

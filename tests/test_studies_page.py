@@ -68,6 +68,32 @@ def test_a_documented_key_that_does_not_exist_is_caught_and_dropped(table: str) 
     assert fieldtables.update_page(forged, table) == text
 
 
+@pytest.mark.parametrize(
+    ("field", "written", "model"),
+    [("shell", "`/bin/sh`", "`/bin/bash`"), ("retries", "`3`", "`0`"), ("name", "`x`", "required"),
+     ("image", "required", "`python:3.12-slim`")],
+)  # fmt: skip
+def test_a_default_the_model_states_otherwise_is_caught_and_regenerated(
+    field: str, written: str, model: str
+) -> None:
+    table = "Step.model_fields"
+    text = _page(table)
+    row = next(r for r in fieldtables.page_rows(text, table) if r.names == (field,))
+    forged = text.replace(row.line(), fieldtables.Row(row.names, written, row.meaning).line())
+    problems = fieldtables.check_page(forged, table)
+    assert f"{table}: {field!r}: the default says {written}, the model {model}" in problems
+    assert fieldtables.update_page(forged, table) == text
+
+
+def test_a_default_described_in_words_is_the_pages_own() -> None:
+    """ "by `mpi`" (launcher) or "the target's" (namespace) say more than the model's value."""
+    text = _page("Step.model_fields")
+    rows = {r.names: r for r in fieldtables.page_rows(text, "Step.model_fields")}
+    assert rows[("launcher",)].default == "by `mpi`"
+    assert rows[("namespace",)].default == "the target's"
+    assert not fieldtables.check_page(text, "Step.model_fields")
+
+
 def test_a_new_field_gets_a_row_with_the_models_default_and_description() -> None:
     rows = fieldtables.step_keys()
     assert rows["retries"] == fieldtables.Row(
