@@ -359,6 +359,7 @@ def _build(
     instances = known[0]
     label = f'step "{spec["name"]}"'
     fields = {k: v for k, v in spec.items() if k not in _EXTRA_STEP_KEYS and k != "_index"}
+    _check_step_keys(fields, index, label, where)
     fields["name"] = name
     if "script_file" in spec:
         if "script" in spec:
@@ -393,6 +394,31 @@ def _build(
 
 
 _Instances = Mapping[str, list[tuple[str, dict[str, str]]]]
+
+
+def _check_step_keys(fields: Iterable[str], index: int, label: str, where: _Locator) -> None:
+    """Refuse a key neither Step nor the study takes, when it is not a typo of a Step field.
+
+    Step names the field a typo of its own meant; it knows nothing of the study's keys, so
+    ``parameter:`` would get Step's field list and never "parameters" (docs/studies.md).
+    """
+    known = set(Step.model_fields)
+    for key in fields:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, sorted(known | _EXTRA_STEP_KEYS), n=1)
+        if close and close[0] in known:
+            continue  # Step's own message names it
+        hint = (
+            f'did you mean "{close[0]}"?'
+            if close
+            else "a step takes the fields of Step (docs/steps.md#fields) and "
+            + ", ".join(sorted(_EXTRA_STEP_KEYS))
+        )
+        path: tuple[Any, ...] = ("steps", index, key)
+        if path not in where.lines and ("defaults", key) in where.lines:
+            path = ("defaults", key)
+        raise StudyError(f'{where(*path)}: {label}: {key}: "{key}" is not a step key; {hint}')
 
 
 def _did_you_mean(name: str, choices: Iterable[str]) -> str:

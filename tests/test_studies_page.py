@@ -1,4 +1,5 @@
-"""The keys tables of the docs list exactly the keys the code takes (issue 34 item 29).
+"""The keys tables of the docs list exactly the keys the code takes, and a study refuses
+every other key with the one meant (issue 34 item 29).
 
 docs/steps.md's Fields table against ``Step.model_fields``, docs/studies.md's against
 ``study._STUDY_KEYS`` and ``study._EXTRA_STEP_KEYS``, in both directions: a key missing from
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from k8sjobs import fieldtables, study
+from k8sjobs import StudyError, fieldtables, study
 from k8sjobs.steps.spec import Step
+from k8sjobs.study import parse_study
 
 DOCS = Path(__file__).parent.parent / "docs"
 _FIX = f"run `{fieldtables.COMMAND}` and write the meaning of each new row"
@@ -122,3 +124,31 @@ def test_the_studies_page_names_the_merged_defaults() -> None:
     section = text.split("## Defaults", 1)[1].split("\n## ", 1)[0]
     missing = [key for key in study._MERGED if f"`{key}`" not in section]
     assert not missing, f"docs/studies.md, Defaults: say that {missing} merge key by key"
+
+
+_STEP_KEYS = sorted({*Step.model_fields, *study._EXTRA_STEP_KEYS} - {"name", "script"})
+
+
+@pytest.mark.parametrize("key", _STEP_KEYS)
+@pytest.mark.parametrize("where", ["step", "defaults"])
+def test_a_typo_of_any_step_key_names_the_key_meant(key: str, where: str) -> None:
+    """Study-only keys too: Step alone would answer ``parameter:`` with its own fields."""
+    typo = key + key[-1]
+    text = f"steps:\n  - name: a\n    script: echo\n    {typo}: 1\n"
+    if where == "defaults":
+        text = f"defaults:\n  {typo}: 1\nsteps:\n  - name: a\n    script: echo\n"
+    with pytest.raises(StudyError) as refused:
+        parse_study(text, source="s.yaml")
+    line = 2 if where == "defaults" else 4
+    assert f's.yaml:{line}: step "a": {typo}: "{typo}"' in str(refused.value)
+    assert f'did you mean "{key}"?' in str(refused.value)
+
+
+def test_a_key_like_no_step_key_says_which_keys_a_step_takes() -> None:
+    with pytest.raises(StudyError) as refused:
+        parse_study("steps:\n  - name: a\n    script: echo\n    zzzqqq: 1\n", source="s.yaml")
+    keys = ", ".join(sorted(study._EXTRA_STEP_KEYS))
+    assert str(refused.value) == (
+        's.yaml:4: step "a": zzzqqq: "zzzqqq" is not a step key; a step takes the fields of '
+        f"Step (docs/steps.md#fields) and {keys}"
+    )
