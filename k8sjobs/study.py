@@ -421,6 +421,32 @@ def _check_step_keys(fields: Iterable[str], index: int, label: str, where: _Loca
         raise StudyError(f'{where(*path)}: {label}: {key}: "{key}" is not a step key; {hint}')
 
 
+def parse_step_file(
+    data: Mapping[str, Any], lines: Mapping[tuple[Any, ...], int], source: str
+) -> Step:
+    """Return the one Step a step file (a mapping with no ``steps:``) holds.
+
+    Its errors are located at file:line as a study's are; a key that is not a step's but
+    close to a study's (``step:`` for ``steps:``) says the file was read as one step.
+    """
+    where = _Locator(source, lines)
+    known = set(Step.model_fields)
+    for key in data:
+        close = difflib.get_close_matches(str(key), sorted(known | _STUDY_KEYS), n=1)
+        if key in known or (close and close[0] in known):
+            continue  # a field, or a typo of one: Step's own message names it
+        hint = (
+            f'did you mean "{close[0]}"? Without steps: the file is read as one step'
+            if close
+            else "a step file holds the fields of one Step (docs/steps.md#fields)"
+        )
+        raise StudyError(f'{where(key)}: {key}: "{key}" is not a step key; {hint}')
+    try:
+        return Step.model_validate(data)
+    except ValidationError as exc:
+        raise StudyError(_describe(exc, data, where, at=())) from None
+
+
 def _did_you_mean(name: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f'; did you mean "{close[0]}"?' if close else ""
@@ -529,19 +555,28 @@ def _producer(
     return None, ""
 
 
-def _describe(exc: ValidationError, spec: Mapping[str, Any], where: _Locator) -> str:
+def _describe(
+    exc: ValidationError,
+    spec: Mapping[str, Any],
+    where: _Locator,
+    at: tuple[Any, ...] | None = None,
+) -> str:
+    """Return one located line per error; ``at`` is where the step's mapping is (a study's
+    ``steps[i]`` unless given: a step file's is the top of the document)."""
+    at = ("steps", spec["_index"]) if at is None else at
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
-        path = ("steps", spec["_index"], *loc)
-        if path[:3] not in where.lines and ("defaults", *loc) in where.lines:
+        path = (*at, *loc)
+        if path[: len(at) + 1] not in where.lines and ("defaults", *loc) in where.lines:
             path = ("defaults", *loc)
         field_name = ".".join(str(p) for p in loc) or "step"
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field (a typo?)"
         message += _what_was_given(error)
-        lines.append(f'{where(*path)}: step "{spec["name"]}": {field_name}: {message}')
+        label = f'step "{spec["name"]}"' if spec.get("name") is not None else "the step"
+        lines.append(f"{where(*path)}: {label}: {field_name}: {message}")
     return "\n".join(lines)
 
 

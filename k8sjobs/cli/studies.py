@@ -28,7 +28,15 @@ from ..runrecord import read_run, retime
 from ..session import Session
 from ..state import StepResult, StepState
 from ..steps.spec import Step, StepOutput, parse_duration
-from ..study import StudyRun, count_origins, load_study, parse_study, read_study_text, read_yaml
+from ..study import (
+    StudyRun,
+    count_origins,
+    load_study,
+    parse_step_file,
+    parse_study,
+    read_study_text,
+    read_yaml,
+)
 from ..usage import request_versus_use
 from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
 from .options import study_name as _study_name
@@ -784,7 +792,7 @@ def _unordered(
 
 def _cmd_render(args: argparse.Namespace) -> int:
     text = read_study_text(args.file)  # bounded and UTF-8, as for a run
-    data, _lines = read_yaml(text, str(args.file))
+    data, lines = read_yaml(text, str(args.file))
     if isinstance(data, dict) and "steps" in data:
         study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
         steps, name = list(study.steps), study.name
@@ -803,7 +811,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
                 "succeeded, or give --unordered to print the objects anyway"
             )
     elif isinstance(data, dict):
-        steps, name = [Step.model_validate(data)], args.study or "default"
+        steps, name = [parse_step_file(data, lines, str(args.file))], args.study or "default"
     else:
         raise StudyError(f"{args.file}: a step file is a mapping of step fields (name, script)")
     target = Target(
