@@ -7,8 +7,10 @@ into the kind's Go struct: a value of the wrong JSON type is refused with encodi
 words inside the handler's (`ConfigMap in version "v1" cannot be handled as a ConfigMap:
 json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type
 string`), checked against the v1.36 OpenAPI definitions that kubernetes-validate ships; JSON
-nested deeper than encoding/json's 10,000 levels is refused as its scanner refuses it.
-Nothing here ever ends in a 500: a malformed request is the client's fault.
+nested deeper than encoding/json's 10,000 levels is refused as its scanner refuses it. A
+quantity is read by `steps.quantity`, resource.Quantity's parser, and refused in its words
+(`Pod in version "v1" cannot be handled as a Pod: quantities must match the regular
+expression '...'`). Nothing here ever ends in a 500: a malformed request is the client's fault.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from __future__ import annotations
 import binascii
 import functools
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...steps.quantity import Quantity, QuantityError
 from . import errors as _errors
 from .errors import ApiError
 
@@ -40,7 +44,6 @@ _FIND_KIND = (
     'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; '
     'Kind string "json:\\"kind,omitempty\\"" }'
 )
-_QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 
 # ---------------------------------------------------------------------- query parameters
@@ -526,15 +529,25 @@ def _walk_struct(
 def _special(name: str, value: Any, struct: str, path: str) -> str | None:
     """Check a value of a type with its own UnmarshalJSON (Quantity, IntOrString, Time)."""
     if name == _QUANTITY:
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            return f"quantities must match the regular expression '{_QUANTITY_PATTERN}'"
-        return None
+        return _quantity_error(value)
     if name == _INT_OR_STRING:
         if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
             return None
         return _mismatch(value, struct, path, "int32")
     if name in _STRING_TYPES and not isinstance(value, str):
         return _mismatch(value, struct, path, "string")
+    return None
+
+
+def _quantity_error(value: Any) -> str | None:
+    """Return what resource.Quantity's UnmarshalJSON says of a value it refuses (its error,
+    bare: encoding/json passes a decoder's own error on unwrapped), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # "1e400" as JSON: Python reads infinity, Go's parser reads the digits
+    try:
+        Quantity.parse(value)
+    except QuantityError as error:
+        return error.reason
     return None
 
 

@@ -3,7 +3,8 @@
 Defaults are those a v1.36 API server fills in (recorded in the k8s reference transcripts),
 because drivers and their tests read them back. Validation combines the schema check of
 kubernetes-validate with the few semantic rules users hit in practice: object names, the Job
-restartPolicy, the immutable Job template and the 1 MiB ConfigMap/Secret limit.
+restartPolicy, the immutable Job template, the 1 MiB ConfigMap/Secret limit, and what a
+LimitRange or ResourceQuota may say (`resourcelists`).
 """
 
 from __future__ import annotations
@@ -431,6 +432,13 @@ def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, 
         causes += _secret_type_causes(obj)
     if resource.plural == "jobs":
         causes += _job_causes(obj) + _job_number_causes(obj)
+    if resource.plural in ("limitranges", "resourcequotas"):
+        from . import resourcelists  # it reads this module's names and defaults
+
+        if resource.plural == "limitranges":
+            causes += resourcelists.limit_range_causes(obj)
+        else:
+            causes += resourcelists.resource_quota_causes(obj)
     return causes
 
 
