@@ -123,3 +123,8 @@ def _details(name: str, plural: str, group: str) -> dict[str, Any]:
         details["group"] = group
     details["kind"] = plural
     return details
+
+
+def cause(reason: str, message: str, field: str) -> dict[str, str]:
+    """Return one `StatusCause` in the real server's key order."""
+    return {"reason": reason, "message": message, "field": field}

@@ -1,5 +1,5 @@
-"""What a LimitRange and a ResourceQuota may say: kube-apiserver v1.36's ValidateLimitRange and
-ValidateResourceQuota, their field paths and words.
+"""What a LimitRange and a ResourceQuota may say: the LimitRange defaults, and kube-apiserver
+v1.36's ValidateLimitRange and ValidateResourceQuota, their field paths and words.
 
 A resource name is checked as the real validation checks it (a qualified name; without a
 "/" one of the standard names; in a Pod or Container limit a container resource or an
@@ -19,20 +19,14 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 from typing import Any
 
 from ...steps.quantity import Quantity, QuantityError
-from .resources import _DNS1123_SUBDOMAIN, _SUBDOMAIN_MSG, cause, default_limit_range
+from .errors import cause
+from .names import qualified_name_errors
 
 Cause = dict[str, str]
 
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
-_QUALIFIED_NAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
-)
 _STANDARD_QUOTA = frozenset(
     {
         "cpu",
@@ -86,34 +80,6 @@ def _quoted(text: str) -> str:
 
 
 # ---------------------------------------------------------------------- resource names
-
-
-def qualified_name_errors(value: str) -> list[str]:
-    """Return IsQualifiedName's complaints about `value` (a name with an optional prefix/)."""
-    parts = value.split("/")
-    if len(parts) > 2:
-        return [
-            f"a qualified name {_QUALIFIED_NAME_MSG} with an optional DNS subdomain prefix and "
-            "'/' (e.g. 'example.com/MyName')"
-        ]
-    errors = []
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            if len(prefix) > 253:
-                errors.append("prefix part must be no more than 253 characters")
-            if not _DNS1123_SUBDOMAIN.match(prefix):
-                errors.append(f"prefix part {_SUBDOMAIN_MSG}")
-    name = parts[-1]
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    if not _QUALIFIED_NAME.fullmatch(name):
-        errors.append(f"name part {_QUALIFIED_NAME_MSG}")
-    return errors
 
 
 def _native(name: str) -> bool:
@@ -193,6 +159,30 @@ def _quantity_value_causes(name: str, value: Any, field: str) -> list[Cause]:
 
 
 # ---------------------------------------------------------------------- LimitRange
+
+
+def default_limit_range(obj: dict[str, Any]) -> None:
+    """Fill a LimitRange's Container defaults as the API server does on create: a default
+    limit from max, a default request from the default limit, else from min."""
+    for item in (obj.get("spec") or {}).get("limits") or []:
+        if not isinstance(item, dict) or item.get("type") != "Container":
+            continue
+        default = item.setdefault("default", {})
+        request = item.setdefault("defaultRequest", {})
+        for name, value in (item.get("max") or {}).items():
+            default.setdefault(name, value)
+        for name, value in default.items():
+            request.setdefault(name, value)
+        for name, value in (item.get("min") or {}).items():
+            request.setdefault(name, value)
+        ordered = {k: item[k] for k in _LIMIT_ITEM_ORDER if item.get(k)}
+        ordered.update({k: v for k, v in item.items() if k not in ordered and k not in _EMPTY})
+        item.clear()
+        item.update(ordered)
+
+
+_LIMIT_ITEM_ORDER = ("type", "max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
+_EMPTY = ("default", "defaultRequest")
 
 
 def limit_range_causes(limit_range: dict[str, Any]) -> list[Cause]:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import errors as _errors
+from .errors import cause as cause
+from .names import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_MSG, SUBDOMAIN_MSG
 from .podresources import default_requests_from_limits
+from .resourcelists import default_limit_range, limit_range_causes, resource_quota_causes
 
 SCHEMA_VERSION = "1.36.0"
 MAX_DATA_BYTES = 1024 * 1024
@@ -90,29 +92,7 @@ RESOURCES: dict[str, Resource] = {
     )
 }
 
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
-    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-
-
 _MAX_INT32 = 2**31 - 1
-
-
-def cause(reason: str, message: str, field: str) -> dict[str, str]:
-    """Return one `StatusCause` in the real server's key order."""
-    return {"reason": reason, "message": message, "field": field}
-
 
 # --------------------------------------------------------------------------- defaults
 
@@ -261,30 +241,6 @@ def default_service(service: dict[str, Any]) -> None:
     service["status"] = {"loadBalancer": {}}
 
 
-def default_limit_range(obj: dict[str, Any]) -> None:
-    """Fill a LimitRange's Container defaults as the API server does on create: a default
-    limit from max, a default request from the default limit, else from min."""
-    for item in (obj.get("spec") or {}).get("limits") or []:
-        if not isinstance(item, dict) or item.get("type") != "Container":
-            continue
-        default = item.setdefault("default", {})
-        request = item.setdefault("defaultRequest", {})
-        for name, value in (item.get("max") or {}).items():
-            default.setdefault(name, value)
-        for name, value in default.items():
-            request.setdefault(name, value)
-        for name, value in (item.get("min") or {}).items():
-            request.setdefault(name, value)
-        ordered = {k: item[k] for k in _LIMIT_ITEM_ORDER if item.get(k)}
-        ordered.update({k: v for k, v in item.items() if k not in ordered and k not in _EMPTY})
-        item.clear()
-        item.update(ordered)
-
-
-_LIMIT_ITEM_ORDER = ("type", "max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
-_EMPTY = ("default", "defaultRequest")
-
-
 def apply_defaults(resource: Resource, obj: dict[str, Any], uid: str) -> None:
     """Fill in the creation defaults for `obj` of `resource` in place."""
     if resource.plural == "jobs":
@@ -360,9 +316,9 @@ class Validator:
                 )
             ]
         pattern, msg = (
-            (_DNS1123_LABEL, _LABEL_MSG)
+            (DNS1123_LABEL, LABEL_MSG)
             if resource.plural in ("namespaces", "services")
-            else (_DNS1123_SUBDOMAIN, _SUBDOMAIN_MSG)
+            else (DNS1123_SUBDOMAIN, SUBDOMAIN_MSG)
         )
         if len(name) > 253 or not pattern.match(name):
             return [cause("FieldValueInvalid", f'Invalid value: "{name}": {msg}', "metadata.name")]
@@ -433,12 +389,10 @@ def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, 
     if resource.plural == "jobs":
         causes += _job_causes(obj) + _job_number_causes(obj)
     if resource.plural in ("limitranges", "resourcequotas"):
-        from . import resourcelists  # it reads this module's names and defaults
-
         if resource.plural == "limitranges":
-            causes += resourcelists.limit_range_causes(obj)
+            causes += limit_range_causes(obj)
         else:
-            causes += resourcelists.resource_quota_causes(obj)
+            causes += resource_quota_causes(obj)
     return causes
 
 
