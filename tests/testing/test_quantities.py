@@ -12,9 +12,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from k8sjobs.steps.quantity import FORMAT_WRONG, NUMERIC, SUFFIX
+from k8sjobs.steps.quantity import FORMAT_WRONG, NUMERIC, SUFFIX, Quantity, QuantityError
 from k8sjobs.testing import FakeCluster
+from k8sjobs.testing.apiserver import decoding
+from k8sjobs.testing.apiserver.errors import ApiError
 
 from .conftest import call
 
@@ -87,6 +91,33 @@ async def test_a_quantity_the_parser_refuses_is_a_bad_request_in_its_words(
         == f'{go_kind} in version "v1" cannot be handled as a {go_kind}: {REFUSED[text]}'
     )
     assert cluster.objects(plural) == []
+
+
+@given(st.text(alphabet="0123456789.+-eEKMGTPinumkxb \t", max_size=10))
+def test_decoding_refuses_exactly_what_the_parser_refuses_in_its_words(text: str) -> None:
+    container = {"name": "m", "image": "i", "resources": {"requests": {"cpu": text}}}
+    bodies = {
+        "Pod": {"spec": {"containers": [container], "overhead": {"cpu": text}}},
+        "LimitRange": {
+            "spec": {"limits": [{"type": "Container", "maxLimitRequestRatio": {"x": text}}]}
+        },
+        "ResourceQuota": {"spec": {"hard": {"pods": "1"}}, "status": {"used": {"pods": text}}},
+    }
+    try:
+        Quantity.parse(text)
+        reason = None
+    except QuantityError as error:
+        reason = error.reason
+    for kind, body in bodies.items():
+        try:
+            decoding.check_types("", "v1", kind, body)
+        except ApiError as error:
+            assert (error.code, error.message) == (
+                400,
+                f'{kind} in version "v1" cannot be handled as a {kind}: {reason}',
+            ), text
+        else:
+            assert reason is None, f"{text!r} decoded into a {kind}"
 
 
 @pytest.mark.parametrize("value", [True, {"amount": 1}, [1]])
