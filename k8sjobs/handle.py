@@ -12,6 +12,7 @@ cannot resurrect a step).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from .steps.spec import Step, StepOutput
 
 __all__ = ["StepControl", "StepHandle"]
+
+_log = logging.getLogger("k8sjobs.handle")
 
 
 @runtime_checkable
@@ -155,7 +158,10 @@ class StepHandle:
         return self.step.output(name)
 
     def add_listener(self, listener: Callable[[StepHandle], None]) -> None:
-        """Call ``listener(handle)`` on every change of state or reason (at once if ended)."""
+        """Call ``listener(handle)`` on every change of state or reason (at once if ended).
+
+        A listener that raises is logged with its traceback and called no more; the step
+        and its backend go on."""
         self._listeners.append(listener)
         if self.done:
             listener(self)
@@ -217,7 +223,15 @@ class StepHandle:
             self._done.set()
         if changed or result.state.terminal:
             for listener in list(self._listeners):
-                listener(self)
+                try:
+                    listener(self)
+                except Exception:
+                    # Raised into the backend's watch, a listener's bug would end it, and
+                    # with it every step it follows: said once, the listener is dropped.
+                    _log.exception(
+                        'a listener of step "%s" raised; it is called no more', self.name
+                    )
+                    self.remove_listener(listener)
         return True
 
     def __repr__(self) -> str:

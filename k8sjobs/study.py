@@ -853,7 +853,13 @@ class StudyRun:
         if self._journal is not None:
             self._journal.append(_record_json(record))
         if self._on_change:
-            self._on_change(record)
+            try:
+                self._on_change(record)
+            except Exception:  # the caller's display: the record is kept all the same
+                _log.exception(
+                    "on_change raised on step %r; it is called no more", record.result.name
+                )
+                self._on_change = None
 
     def discard(self) -> None:
         """Drop the run's journal and write no record: for a run refused before it sent a

@@ -184,6 +184,27 @@ def test_a_listener_may_remove_itself_while_being_called() -> None:
     assert heard == ["once", "always", "always"]
 
 
+def test_a_listener_that_raises_is_said_once_and_dropped_and_the_others_hear_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A listener's bug raised into ``report`` would end the backend's watch that called it
+    (a local step then never ended); it is logged with the step's name and called no more."""
+    handle, _ = make()
+    heard: list[str] = []
+
+    def broken(h: StepHandle) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    handle.add_listener(broken)
+    handle.add_listener(lambda h: heard.append(str(h.state)))
+    assert handle.report(StepResult(name="s", state=R))
+    assert handle.report(StepResult(name="s", state=StepState.SUCCEEDED))
+    assert heard == ["RUNNING", "SUCCEEDED"]
+    said = [r for r in caplog.records if r.name == "k8sjobs.handle"]
+    assert [r.getMessage() for r in said] == ['a listener of step "s" raised; it is called no more']
+    assert said[0].exc_info is not None
+
+
 async def test_cancel_asks_the_backend_only_while_the_step_lives() -> None:
     handle, control = make()
     await handle.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import re
@@ -261,6 +262,31 @@ async def test_failure_stops_dependents_and_not_independent_branches(tmp_path: P
     assert "broken FAILED" in results["after"].message
     assert "after FAILED" in results["later"].message
     assert list(files(tmp_path, "*-ran")) == ["other-ran"]
+
+
+async def test_an_on_change_that_raises_loses_no_step(tmp_path: Path) -> None:
+    """The caller's display (``on_change``) failing, as a print to a closed pipe does, must
+    not stop the run's record: every step still ends, and is recorded, as it ran."""
+    study = parse_study(
+        study_text("steps:\n  - name: a\n    script: 'true'\n  - name: b\n    script: exit 3\n"),
+        base_dir=tmp_path,
+    )
+    calls: list[str] = []
+
+    def broken(record: object) -> None:
+        calls.append("called")
+        raise BrokenPipeError(32, "Broken pipe")
+
+    backend = LocalBackend(state_dir=tmp_path / "state", kill_grace=0.5)
+    async with Session(study=study.name, backend=backend) as session:
+        run = StudyRun(study, session, on_change=broken)
+        results = await asyncio.wait_for(run.run(), 120)
+    assert calls == ["called"]
+    assert [(r.name, r.state) for r in results] == [
+        ("a", StepState.SUCCEEDED),
+        ("b", StepState.FAILED),
+    ]
+    assert [r.result.state for r in run.records.values()] == [r.state for r in results]
 
 
 async def test_sweep_runs_each_value_with_its_env(tmp_path: Path) -> None:

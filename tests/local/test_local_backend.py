@@ -343,3 +343,20 @@ async def test_a_local_step_hands_its_output_to_a_cluster_step(
         assert (first.backend.kind, second.backend.kind) == ("local", "kubernetes")
         assert cluster.get("jobs", second.object_name) is not None
         assert await second.logs() == "42\n"
+
+
+async def test_a_listener_that_raises_stops_neither_its_step_nor_the_others(
+    session: Session,
+) -> None:
+    """Listeners are called from the backend's follower of the process: one that raised there
+    left its step, and the steps after it, waiting forever."""
+
+    def broken(handle: StepHandle) -> None:
+        raise RuntimeError("a display that broke")
+
+    first = await session.submit(Step(name="first", script="sleep 0.2"))
+    first.add_listener(broken)
+    second = await session.submit(Step(name="second", script="sleep 0.2"))
+    second.add_listener(broken)
+    results = await asyncio.wait_for(asyncio.gather(first.wait(), second.wait()), 120)
+    assert [r.state for r in results] == [StepState.SUCCEEDED, StepState.SUCCEEDED]
