@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rich.console import Console
+from rich import console as _rich
 from rich.text import Text
 
 from .._printable import printable
@@ -29,6 +29,7 @@ from ..steps.spec import check_dns_label
 
 __all__ = [
     "GLOBALS",
+    "Console",
     "UsageError",
     "add_globals",
     "add_study",
@@ -309,6 +310,17 @@ def positive_int(value: str) -> int:
 def quote(*words: str) -> str:
     """Return a command line a person can paste into a shell (each word shell-quoted)."""
     return " ".join(shlex.quote(w) for w in words)
+
+
+class Console(_rich.Console):
+    """rich's Console whose closed stdout ends the command as every other write does.
+
+    rich answers a reader that left with its own ``SystemExit(1)``; raising
+    ``BrokenPipeError`` instead lets the entry point end quietly with 141, as ``cat``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def print_error(message: str) -> None:

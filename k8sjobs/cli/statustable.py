@@ -31,6 +31,7 @@ from ..durations import format_duration
 from ..state import StepResult, StepState
 from ..study import summarize
 from ..usage import summarize_usage
+from .exits import closed_pipe
 
 __all__ = ["FIELDS", "Field", "LiveView", "Progress", "status_table", "step_record"]
 
@@ -249,6 +250,10 @@ class Progress:
     most ``rate`` times a second (a change in between is drawn by a timer at the next
     slot), and the complete table is drawn once when the run ends. While a step runs the
     table is drawn once a second besides, so its elapsed time moves. ``clock`` is for tests.
+
+    A reader of the lines that leaves (``| head``) is told to ``on_reader_left`` once and
+    printed to no more (``reader_left``): the run decides what that means, not the print
+    that found it, which may be a step's listener or a timer.
     """
 
     def __init__(
@@ -259,8 +264,11 @@ class Progress:
         live: bool,
         rate: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
+        on_reader_left: Callable[[], object] = lambda: None,
     ) -> None:
         self.console = console
+        self.reader_left = False
+        self._on_reader_left = on_reader_left
         self.start = clock()
         self.view = LiveView(names)
         self._clock = clock
@@ -299,8 +307,7 @@ class Progress:
         if self._live:
             self._ask_draw()
             return
-        elapsed = self._clock() - self.start
-        print(printable(f"[{elapsed:7.1f}s] {text or 'the API server answers again'}"), flush=True)
+        self._say(text or "the API server answers again")
 
     def update(self, result: StepResult) -> None:
         """Take a step's new result: ask for a draw, or print its line if its state changed."""
@@ -327,8 +334,15 @@ class Progress:
             self._say(line)
 
     def _say(self, line: str) -> None:
+        if self.reader_left:
+            return
         elapsed = self._clock() - self.start
-        print(printable(f"[{elapsed:7.1f}s] {line}"), flush=True)
+        try:
+            print(printable(f"[{elapsed:7.1f}s] {line}"), flush=True)
+        except BrokenPipeError:
+            self.reader_left = True
+            closed_pipe()  # stdout to /dev/null: the interpreter's last flush must not fail
+            self._on_reader_left()
 
     def _say_wait_later(self, result: StepResult) -> None:
         """Say why ``result`` waits if it still does in ``WAIT_NOTICE`` seconds."""
@@ -393,7 +407,10 @@ class Progress:
         requested: Mapping[str, Mapping[str, Any] | None] | None = None,
     ) -> None:
         """Print the run's last lines: steps per state, each failure, what the steps used
-        (``requested``: each step's run-record request), where the record is."""
+        (``requested``: each step's run-record request), where the record is; nothing once
+        the reader left."""
+        if self.reader_left:
+            return
         counts = summarize(results)
         elapsed = self._clock() - self.start
         text = ", ".join(f"{n} {state.lower()}" for state, n in counts.items())

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 
 from .._printable import printable
 from ..errors import StudyBusy, StudyError
@@ -38,7 +37,16 @@ from ..study import (
     read_yaml,
 )
 from ..usage import request_versus_use
-from .options import BACKEND, UsageError, add_study, add_target, positive_int, split_study_args
+from .exits import closed_pipe
+from .options import (
+    BACKEND,
+    Console,
+    UsageError,
+    add_study,
+    add_target,
+    positive_int,
+    split_study_args,
+)
 from .options import study_name as _study_name
 from .statustable import Progress, status_table, step_record, usage_summary
 
@@ -335,7 +343,12 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     _require_store(args)
     console = Console(soft_wrap=True, highlight=False)
     names = [s.name for s in study.steps]
-    display = Progress(names, console, live=console.is_terminal and not args.plain)
+    # A reader that leaves (| head) stops the run as Ctrl-C does: its steps are cancelled
+    # and its record kept, where a driver dying of the closed pipe would leave them LOST.
+    main = asyncio.current_task()
+    assert main is not None
+    live = console.is_terminal and not args.plain
+    display = Progress(names, console, live=live, on_reader_left=main.cancel)
     async with _session(args, study.name) as session:
         url = session.observer.metrics_url if session.observer is not None else None
         if url is not None:
@@ -360,13 +373,20 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             refused = True  # no step was sent: the study's records stay as they were
             run.discard()
             raise
+        except asyncio.CancelledError:
+            if not display.reader_left:
+                raise
+            main.uncancel()
         finally:
             if not refused:
                 path = run.save(args.state_dir / "runs")
                 requested = {name: r.requested for name, r in run.records.items()}
                 seen = [r.seen() for r in run.records.values()]
                 display.summary(seen, study.name, path, requested)
-                print(count_origins(r.origin for r in run.records.values()), flush=True)
+                if not display.reader_left:
+                    print(count_origins(r.origin for r in run.records.values()), flush=True)
+    if display.reader_left:
+        return closed_pipe()
     return 0 if all(r.ok for r in results) else 1
 
 
