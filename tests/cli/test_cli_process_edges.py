@@ -45,6 +45,25 @@ def _run_small_study(folder: Path) -> Path:
     return path
 
 
+def _into_closed_pipe(state: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``k8sjobs ARGV`` with stdout a pipe whose reader is already gone, so the first
+    write fails whatever the size of the machine's pipe buffer (a reader that leaves later
+    can find the output already buffered)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(state), *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -74,28 +93,12 @@ def test_a_reader_that_closed_the_pipe_ends_any_printing_command_quietly(
     tmp_path: Path, command: list[str]
 ) -> None:
     """``k8sjobs CMD | head -1``: the command stops at the closed pipe with no message and
-    exit 141 (a SIGPIPE death, as ``cat``), never "error: [Errno 32] Broken pipe" (exit 2).
-
-    stdout is a pipe whose reader is already gone, so the first write fails whatever the
-    size of the machine's pipe buffer (a reader that leaves later can find the output
-    already buffered)."""
+    exit 141 (a SIGPIPE death, as ``cat``), never "error: [Errno 32] Broken pipe" (exit 2)."""
     names = {"{big}": str(_big_study(tmp_path))}
     if any("small" in part for part in command):
         names["{small}"] = str(_run_small_study(tmp_path))
     argv = [names.get(part, part) for part in command]
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(tmp_path), *argv],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            timeout=300,
-        )
-    finally:
-        os.close(write_end)
+    done = _into_closed_pipe(tmp_path, argv)
     assert done.stderr == ""
     # argparse's help drops the write and exits 0: quiet too. rich's tables (status, run)
     # once ended with rich's own exit 1, as if a step had failed.
@@ -161,19 +164,7 @@ def test_a_reader_that_left_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
         "name: long\nsteps:\n  - name: slow\n    script: sleep 600\n"
         "  - name: quick\n    script: echo hi\n"
     )
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(tmp_path), "run", str(study)],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            timeout=300,
-        )
-    finally:
-        os.close(write_end)
+    done = _into_closed_pipe(tmp_path, ["run", str(study)])
     assert (done.returncode, done.stderr) == (141, "")
     cli = [sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(tmp_path)]
     status = subprocess.run(
