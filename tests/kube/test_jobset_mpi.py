@@ -52,12 +52,14 @@ async def running(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, Session]]:
             yield cluster, s
 
 
-def _step(program: str, nodes: int, mpi: str, env: dict[str, str], **fields: Any) -> Step:
+def _step(
+    program: str, nodes: int, mpi: str, env: dict[str, str], *, then: str = "", **fields: Any
+) -> Step:
     extra = "--oversubscribe " if mpi == "openmpi" else ""
     return Step(
         name=f"ring-{mpi}-{nodes}",
         image="debian:12",
-        script=f"$(LAUNCHER) {extra}{program}",
+        script=f"$(LAUNCHER) {extra}{program}{then}",
         target="jobset",
         mpi=mpi,
         resources=Resources(nodes=nodes, tasks=nodes),
@@ -107,7 +109,19 @@ def _ready_before_launcher(
 async def test_open_mpi_across_the_jobsets_pods(tmp_path: Path, hello: Path, nodes: int) -> None:
     async with running(tmp_path) as (cluster, s):
         seen = _pods_seen(cluster)
-        handle = await s.submit(_step(str(hello), nodes, "openmpi", {}))
+        # The launcher waits at a gate once mpirun ended: a worker's log is read while the
+        # set runs (on success JobSet deletes the workers' Job, and their pods, at once).
+        gate = tmp_path / "gate"
+        then = f" && while [ ! -e {gate} ]; do sleep 0.1; done"
+        handle = await s.submit(_step(str(hello), nodes, "openmpi", {}, then=then))
+
+        async def all_ranks() -> bool:
+            return len(ranks(await handle.logs())) == nodes or handle.done
+
+        await wait_until(all_ranks, "every rank's line in the launcher's log", timeout=200)
+        # A worker's log is reachable by its host index (host 0 is the launcher).
+        assert "rank" not in await handle.logs(index=1)
+        gate.touch()
         result = await handle.wait(timeout=200)
         log = await handle.logs()
         assert result.state is StepState.SUCCEEDED, (result.describe(), log)
@@ -115,8 +129,6 @@ async def test_open_mpi_across_the_jobsets_pods(tmp_path: Path, hello: Path, nod
         assert [r[0] for r in found] == list(range(nodes))
         assert {r[1] for r in found} == {nodes} and {r[2] for r in found} == {nodes}
         _ready_before_launcher(cluster, handle.object_name, seen)
-        # A worker's log is reachable by its host index (host 0 is the launcher).
-        assert "rank" not in await handle.logs(index=1)
 
 
 @pytest.mark.parametrize("nodes", [2, 4])
