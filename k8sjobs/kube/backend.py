@@ -1377,7 +1377,12 @@ def _of_jobset_index(
         wanted = f"{name}-{WORKERS}-0-{index or 0}-"
     chosen = [p for p in pods if p.startswith(wanted)]
     if not chosen and pods and index:
-        raise ValueError(f'Step "{handle.name}" has no pod of index {index}')
+        gone = ""
+        if launcher and handle.state is StepState.SUCCEEDED:
+            gone = (
+                " now: a JobSet that succeeded deletes its workers' pods (read them while it runs)"
+            )
+        raise ValueError(f'Step "{handle.name}" has no pod of index {index}{gone}')
     return chosen
 
 
