@@ -94,12 +94,19 @@ def _table_lines(lines: list[str], table: str) -> tuple[int, int]:
     if marker not in lines:
         raise ValueError(f"no line {marker!r}: put it just above the table")
     start = lines.index(marker) + 1
-    while start < len(lines) and not lines[start].startswith("|"):
-        start += 1
+    while start < len(lines) and not lines[start].strip():
+        start += 1  # blank lines only: a marker whose table is gone must not take the next
+    header = [line.replace(" ", "") for line in lines[start : start + 2]]
+    if len(header) < 2 or not header[0].endswith("|default|meaning|") or header[1] != _HEADER[1]:
+        raise ValueError(
+            f"line {start + 1}: the line after {marker!r} is not the head of a keys table "
+            f"({_HEADER[0].format('key')!r}, then {_HEADER[1]!r}): put the table just below it"
+        )
+    start += 2  # past the header and its rule
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
-    return start + 2, end  # past the header and its rule
+    return start, end
 
 
 def _parse_row(line: str) -> Row:
@@ -179,14 +186,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=Path(__file__).parent.parent / "docs")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 on drift")
     args = parser.parse_args(argv)
+    texts: dict[Path, str] = {}
     problems: list[str] = []
-    for table, (page, _) in TABLES.items():
-        path = args.docs / page
-        text = path.read_text(encoding="utf-8")
+    try:  # every page read and every table found before anything is written
+        for table, (page, _) in TABLES.items():
+            path = args.docs / page
+            if path not in texts:
+                texts[path] = path.read_text(encoding="utf-8")
+            if not args.check:
+                texts[path] = update_page(texts[path], table)
+            problems += [f"{path}: {problem}" for problem in check_page(texts[path], table)]
         if not args.check:
-            text = update_page(text, table)
-            path.write_text(text, encoding="utf-8")
-        problems += [f"{path}: {problem}" for problem in check_page(text, table)]
+            for path, text in texts.items():
+                path.write_text(text, encoding="utf-8")
+    except (OSError, UnicodeError, ValueError) as exc:
+        where = f"{path}: " if not isinstance(exc, OSError) else ""
+        print(f"{COMMAND}: {where}{exc}", file=sys.stderr)
+        return 2
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems and not args.check:

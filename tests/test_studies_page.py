@@ -119,6 +119,51 @@ def test_the_command_rewrites_the_pages_and_checks_them(tmp_path: Path) -> None:
     assert re.search(r"^\| `shm` \| none \| Memory-backed /dev/shm size", steps, re.M)
 
 
+def _copy_pages(tmp_path: Path) -> None:
+    for page in {page for page, _ in fieldtables.TABLES.values()}:
+        (tmp_path / page).write_text((DOCS / page).read_text(encoding="utf-8"))
+
+
+def _without_table(text: str, table: str) -> str:
+    lines = text.split("\n")
+    start = lines.index(fieldtables._MARKER.format(table)) + 1
+    end = start
+    while lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[:start] + lines[end:])
+
+
+@pytest.mark.parametrize("table", sorted(fieldtables.TABLES))
+def test_a_marker_whose_table_is_gone_is_an_error_and_nothing_is_written(
+    tmp_path: Path, table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rows were looked for at the next table on the page, wherever it was: the study
+    keys' marker without its table rewrote the extra step keys' table, its prose lost."""
+    _copy_pages(tmp_path)
+    page = tmp_path / fieldtables.TABLES[table][0]
+    broken = _without_table(page.read_text(encoding="utf-8"), table)
+    page.write_text(broken, encoding="utf-8")
+    for argv in (["--check"], []):
+        assert fieldtables.main(["--docs", str(tmp_path), *argv]) == 2
+        error = capsys.readouterr().err
+        assert "is not the head of a keys table" in error and table in error, error
+        assert page.read_text(encoding="utf-8") == broken
+
+
+def test_a_missing_page_is_an_error_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing page (or one not UTF-8) ended in a traceback."""
+    assert fieldtables.main(["--docs", str(tmp_path / "nowhere"), "--check"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{fieldtables.COMMAND}: ") and "No such file" in line
+    _copy_pages(tmp_path)
+    (tmp_path / "studies.md").write_bytes(b"\xff\xfe garbled")
+    assert fieldtables.main(["--docs", str(tmp_path)]) == 2
+    assert "studies.md" in capsys.readouterr().err
+    assert (tmp_path / "steps.md").read_text() == (DOCS / "steps.md").read_text()
+
+
 def test_the_studies_page_names_the_merged_defaults() -> None:
     text = (DOCS / "studies.md").read_text(encoding="utf-8")
     section = text.split("## Defaults", 1)[1].split("\n## ", 1)[0]
