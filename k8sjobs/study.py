@@ -123,9 +123,7 @@ def parse_study(
     unknown = set(data) - _STUDY_KEYS
     if unknown:
         key = sorted(unknown, key=str)[0]
-        raise StudyError(
-            f'{where(key)}: unknown key "{key}"; a study has: {", ".join(sorted(_STUDY_KEYS))}'
-        )
+        raise StudyError(f"{where(key)}: {_unknown_study_key(key, data)}")
     for key in ("name", "description"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise StudyError(f'{where(key)}: {key}: write it as text, e.g. {key}: "my-study"')
@@ -138,6 +136,21 @@ def parse_study(
     study_name = name or data.get("name") or Path(source).stem
     raw = [_merge(defaults, s, where, i) for i, s in enumerate(steps)]
     return _expand(study_name, raw, base_dir, where, data.get("description") or "")
+
+
+def _unknown_study_key(key: Any, data: Mapping[Any, Any]) -> str:
+    """Say what is wrong with a key a study does not have, and what was likely meant."""
+    shown = _shown(key)
+    said = f'unknown key "{shown}"; a study has: {", ".join(sorted(_STUDY_KEYS))}'
+    if key in Step.model_fields or key in _EXTRA_STEP_KEYS:  # a step's key, a step's file
+        if "steps" in data:
+            return f'{said}; "{shown}" is a step\'s key: put it in a step, or in defaults:'
+        return (
+            f'{said}; "{shown}" is a step\'s key: a study lists its steps under steps:, '
+            "as steps: [{name: prepare, script: ...}]"
+        )
+    close = difflib.get_close_matches(shown, sorted(_STUDY_KEYS), n=1)
+    return f'{said}; did you mean "{close[0]}"?' if close else said
 
 
 class _Locator:
@@ -162,12 +175,36 @@ def _line_index(node: yaml.Node, path: tuple[Any, ...] = ()) -> dict[tuple[Any, 
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if isinstance(key, yaml.ScalarNode):
-                lines[(*path, key.value)] = key.start_mark.line + 1
-                lines.update(_line_index(value, (*path, key.value)))
+                below = _line_index(value, (*path, key.value))
+                below[(*path, key.value)] = key.start_mark.line + 1  # the key's, not its value's
+                lines.update(below)
+                read = key.value if key.tag == _STR_TAG else _key_value(key)
+                if read != key.value:  # null: is None, 1: is 1 in the document read
+                    lines.setdefault((*path, read), key.start_mark.line + 1)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines.update(_line_index(item, (*path, i)))
     return lines
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _key_value(key: yaml.ScalarNode) -> Any:
+    """Return the value a YAML mapping key is read as (None for ``null:``), or its text."""
+    try:
+        value = yaml.SafeLoader("").construct_object(key)
+        hash(value)
+    except (yaml.YAMLError, TypeError, ValueError):
+        return key.value
+    return value
+
+
+def _shown(key: Any) -> str:
+    """Return a mapping key as the YAML file writes it: ``null``, ``true``, ``1``."""
+    if isinstance(key, str):
+        return key
+    return yaml.safe_dump(key, default_flow_style=True).removesuffix("\n...\n").strip()
 
 
 def _merge(defaults: Mapping[str, Any], step: Any, where: _Locator, index: int) -> dict[str, Any]:
@@ -176,8 +213,8 @@ def _merge(defaults: Mapping[str, Any], step: Any, where: _Locator, index: int) 
     bad = [k for k in step if not isinstance(k, str)]
     if bad:
         raise StudyError(
-            f"{where('steps', index)}: step {index + 1}: {bad[0]!r} is not a field name; "
-            "fields are words such as name, script, depends"
+            f"{where('steps', index, bad[0])}: step {index + 1}: {_shown(bad[0])} is not a "
+            "field name; fields are words such as name, script, depends"
         )
     merged = {**defaults, **step, "_index": index}
     for key in _MERGED:

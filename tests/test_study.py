@@ -436,7 +436,7 @@ async def test_same_study_same_outcome_locally_and_on_the_fake_cluster(tmp_path:
         ),
         (
             "steps:\n  - name: a\n    script: echo\n    1: x\n",
-            "s.yaml:3: step 1: 1 is not a field name",
+            "s.yaml:5: step 1: 1 is not a field name",
         ),
         ("description: [x]\nsteps:\n  - name: a\n    script: echo\n", "s.yaml:2: description:"),
         ("1: x\nsteps: []\n", 's.yaml:2: unknown key "1"'),
@@ -803,3 +803,36 @@ def test_a_key_written_twice_through_an_alias_is_refused_too(second: str) -> Non
     line = 1 if second == "*k" else 4
     assert str(caught.value).startswith(f"s.yaml:{line}:"), str(caught.value)
     assert "written twice" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # A key whose value is a block below it was placed at its value's first line.
+        ("step:\n  - name: a\n    script: echo\n", 's.yaml:2: unknown key "step"'),
+        ("stepz:\n\n\n  - name: a\n", 's.yaml:2: unknown key "stepz"'),
+        # YAML reads these keys as null, a boolean and a number: said as the file wrote them.
+        ("null: x\nsteps: []\n", 's.yaml:2: unknown key "null"'),
+        ("~: x\nsteps: []\n", 's.yaml:2: unknown key "null"'),
+        ("true: x\nsteps: []\n", 's.yaml:2: unknown key "true"'),
+        ("steps:\n  - name: a\n    script: echo\n    true: 1\n", "s.yaml:5: step 1: true is"),
+        ("steps:\n  - name: a\n    null: 1\n", "s.yaml:4: step 1: null is not a field name"),
+    ],
+    ids=["block-value", "blank-lines", "null", "tilde", "true", "step-true", "step-null"],
+)
+def test_an_unknown_key_is_placed_at_its_own_line_as_the_file_writes_it(
+    body: str, expected: str
+) -> None:
+    message = error_of(body)
+    assert message.startswith(expected), message
+    assert "None" not in message and "True" not in message, message
+
+
+def test_a_mistyped_study_key_names_the_key_meant() -> None:
+    """``step:`` listed the study's keys only; a step's key at the top says where it goes."""
+    assert error_of("step:\n  - name: a\n    script: echo\n").endswith('did you mean "steps"?')
+    alone = error_of("script: echo hi\n")  # one step's file, given to run
+    assert alone.startswith('s.yaml:2: unknown key "script"'), alone
+    assert "a study lists its steps under steps:" in alone and "did you mean" not in alone
+    misplaced = error_of("image: x\nsteps:\n  - name: a\n    script: echo\n")
+    assert misplaced.endswith('"image" is a step\'s key: put it in a step, or in defaults:')
