@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +294,7 @@ class Kubelet:
         """Return what the pod takes of the node: its requests as the scheduler sums them
         (containers, the init containers' peak, RuntimeClass overhead) and one pod."""
         requests, _ = pod_resources(pod["spec"])
-        totals = {name: float(quantity.value) for name, quantity in requests.items()}
+        totals = {name: _as_float(quantity.value) for name, quantity in requests.items()}
         totals["pods"] = 1
         return totals
 
@@ -746,6 +748,15 @@ class Kubelet:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _as_float(value: Fraction) -> float:
+    """Return a request as a float; one beyond a float ("1e400" CPUs) is infinite, so it
+    fits no node (float() of it raised, and the pod was never scheduled nor refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _with_entrypoints(pod: Obj) -> Obj:

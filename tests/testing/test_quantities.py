@@ -20,7 +20,7 @@ from k8sjobs.testing import FakeCluster
 from k8sjobs.testing.apiserver import decoding
 from k8sjobs.testing.apiserver.errors import ApiError
 
-from .conftest import call
+from .conftest import call, wait_until
 
 JSON = {"Content-Type": "application/json"}
 CORE = "/api/v1/namespaces/default"
@@ -424,3 +424,59 @@ async def test_quotas_and_limit_ranges_the_real_server_takes_are_stored(
     assert json.dumps(created["spec"]["limits"][0]["default"], sort_keys=True) == json.dumps(
         {"cpu": "1", "example.com/fpga": "2", "memory": "1Gi"}, sort_keys=True
     )
+
+
+# A quantity beyond a float (the parser takes "1e400"): every reader of it once converted it
+# to a float, and Python's OverflowError was a 500, or a kubelet callback that died.
+HUGE = "1e400"
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"min": {"cpu": "1"}, "max": {"cpu": HUGE}, "maxLimitRequestRatio": {"cpu": "2"}},
+        {"min": {"cpu": "1"}, "max": {"cpu": "2"}, "maxLimitRequestRatio": {"cpu": HUGE}},
+    ],
+    ids=["max", "ratio"],
+)
+async def test_a_limit_range_of_huge_quantities_is_judged_not_a_500(
+    cluster: FakeCluster, http: aiohttp.ClientSession, item: dict[str, Any]
+) -> None:
+    body = {"metadata": {"name": "l"}, "spec": {"limits": [{"type": "Container", **item}]}}
+    status, answer = await post(http, cluster, "limitranges", body)
+    if "2" in item["max"].values():  # a ratio above max/min = 2
+        assert (status, answer["reason"]) == (422, "Invalid"), answer
+        assert "is greater than max/min = 2.000000" in answer["message"]
+    else:
+        assert status == 201, answer
+
+
+async def test_a_pod_whose_limit_is_huge_is_refused_by_the_ratio_not_a_500(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    ratio = {"type": "Container", "maxLimitRequestRatio": {"cpu": "2"}}
+    body = {"metadata": {"name": "l"}, "spec": {"limits": [ratio]}}
+    assert (await post(http, cluster, "limitranges", body))[0] == 201
+    plural, _, pod_body = pod(HUGE)
+    pod_body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
+    status, answer = await post(http, cluster, plural, pod_body)
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"].endswith("but provided ratio is +Inf"), answer["message"]
+
+
+async def test_a_pod_asking_for_more_than_a_float_is_unschedulable(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    status, answer = await post(http, cluster, *pod(HUGE, "requests")[::2])
+    assert status == 201, answer
+
+    def scheduled() -> dict[str, Any] | None:
+        [stored] = cluster.objects("pods")
+        conditions = (stored.get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+    await wait_until(scheduled, "the pod's PodScheduled condition")
+    condition = scheduled()
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient cpu" in condition["message"]

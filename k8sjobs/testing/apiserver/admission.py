@@ -257,7 +257,11 @@ def _ratio_error(
         return f"{head}, but no limit is specified or limit is 0"
     ratio = limit.value / request.value
     if ratio > enforced.value:
-        return f"{head}, but provided ratio is {float(ratio):f}"
+        try:
+            shown = f"{float(ratio):f}"
+        except OverflowError:  # a limit of "1e400": Go's int64 reading never overflows
+            shown = "+Inf"
+        return f"{head}, but provided ratio is {shown}"
     return None
 
 

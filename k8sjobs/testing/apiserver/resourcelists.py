@@ -317,10 +317,12 @@ def _ratio_causes(
         causes.append(_invalid(field, ratio.go_syntax(), f"ratio {ratio} is less than 1"))
     if low is None or high is None:
         return causes
+    # Go reads each as an int64 (Value(), MilliValue()); one beyond it is taken as the
+    # largest here (Go keeps its low 64 bits), so that 1e400 is no float overflow (a 500).
     bound, low_value, high_value = (
-        float(math.ceil(ratio.value)),
-        math.ceil(low.value),
-        math.ceil(high.value),
+        float(_int64(math.ceil(ratio.value))),
+        _int64(math.ceil(low.value)),
+        _int64(math.ceil(high.value)),
     )
     if max(math.ceil(ratio.value), low_value, high_value) < _MAX_MILLI_VALUE:
         bound = math.ceil(ratio.value * 1000) / 1000
@@ -332,6 +334,10 @@ def _ratio_causes(
         detail = f"ratio {ratio} is greater than max/min = {allowed:f}"
         causes.append(_invalid(field, ratio.go_syntax(), detail))
     return causes
+
+
+def _int64(value: int) -> int:
+    return max(-(2**63), min(value, 2**63 - 1))
 
 
 def _quantity(value: Any) -> Quantity | None:
