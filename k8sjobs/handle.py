@@ -225,7 +225,9 @@ class StepHandle:
             for listener in list(self._listeners):
                 try:
                     listener(self)
-                except Exception:
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException:  # asyncio's rule for a callback
                     # Raised into the backend's watch, a listener's bug would end it, and
                     # with it every step it follows: said once, the listener is dropped.
                     _log.exception(

@@ -892,7 +892,9 @@ class StudyRun:
         if self._on_change:
             try:
                 self._on_change(record)
-            except Exception:  # the caller's display: the record is kept all the same
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:  # the caller's display: the record is kept all the same
                 _log.exception(
                     "on_change raised on step %r; it is called no more", record.result.name
                 )
