@@ -424,6 +424,21 @@ async def test_bytes_that_are_not_base64_are_a_bad_request(
         ('{"a":1 "b":2}', "invalid character '\"' after object key:value pair", '{"a":1 "b":2}'),
         ("[1 2]", "invalid character '2' after array element", "5b3120325d"),
         ("{} x", "invalid character 'x' after top-level value", "{} x"),
+        # Python's decoder takes NaN and Infinity; Go's refuses them where a value begins
+        ('{"a":NaN}', "invalid character 'N' looking for beginning of value", '{"a":NaN}'),
+        (
+            '{"a":[Infinity]}',
+            "invalid character 'I' looking for beginning of value",
+            '{"a":[Infinity]}',
+        ),
+        ('{"a":-Infinity}', "invalid character 'I' in numeric literal", '{"a":-Infinity}'),
+        (
+            '{"s":"NaN \\" Infinity","a":NaN}',
+            "invalid character 'N' looking for beginning of value",
+            '{"s":"NaN \\" Infinity","a":NaN ...',
+        ),
+        # an escaped quote does not end a string: the pair is the object's, not an array's
+        ('{"k\\"[":1 2}', "invalid character '2' after object key:value pair", '{"k\\"[":1 2}'),
     ],
 )
 async def test_json_syntax_errors_are_worded_as_go_words_them(

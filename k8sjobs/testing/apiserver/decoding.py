@@ -7,7 +7,8 @@ into the kind's Go struct: a value of the wrong JSON type is refused with encodi
 words inside the handler's (`ConfigMap in version "v1" cannot be handled as a ConfigMap:
 json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type
 string`), checked against the v1.36 OpenAPI definitions that kubernetes-validate ships; JSON
-nested deeper than encoding/json's 10,000 levels is refused as its scanner refuses it. A
+nested deeper than encoding/json's 10,000 levels is refused as its scanner refuses it, and
+so are NaN and Infinity (Python's decoder takes them, a Go client never sends them). A
 quantity is read by `steps.quantity`, resource.Quantity's parser, and refused in its words
 (`Pod in version "v1" cannot be handled as a Pod: quantities must match the regular
 expression '...'`). Nothing here ever ends in a 500: a malformed request is the client's fault.
@@ -19,7 +20,7 @@ import binascii
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,14 @@ def loads(raw: bytes | str, kind: str = "") -> Any:
     answers, in encoding/json's words; without one, JSONDecodeError is left to the caller.
     """
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except _Constant:  # NaN, Infinity: Python's extensions, which encoding/json refuses
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        exc = _constant_error(text)
+        if not kind:
+            raise exc from None
+        message = f"couldn't get version/kind; json parse error: {_go_syntax_error(exc)}"
+        raise unrecognized(kind, message, raw) from None
     except json.JSONDecodeError as exc:
         if not kind:
             raise
@@ -101,12 +109,36 @@ def loads(raw: bytes | str, kind: str = "") -> Any:
         ) from None
 
 
+class _Constant(ValueError):
+    """A NaN, Infinity or -Infinity in a body (Python's decoder takes them; Go's does not)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+_IN_NUMBER = "in numeric literal"
+
+
+def _constant_error(text: str) -> json.JSONDecodeError:
+    """Return the syntax error encoding/json finds at the first NaN or Infinity outside a
+    string: a value cannot begin with N or I, and after a '-' an I is no digit."""
+    for pos, _ in _outside_strings(text):
+        if text.startswith("-Infinity", pos):
+            return json.JSONDecodeError(_IN_NUMBER, text, pos + 1)
+        elif text.startswith(("NaN", "Infinity"), pos):
+            return json.JSONDecodeError("Expecting value", text, pos)
+    raise AssertionError("the decoder found a constant that is not in the text")
+
+
 def _go_syntax_error(exc: json.JSONDecodeError) -> str:
     """Return what encoding/json says of the syntax error Python's decoder found."""
     text, pos = exc.doc, exc.pos
     if pos >= len(text) or exc.msg.startswith("Unterminated string"):
         return "unexpected end of JSON input"
     char = _quote_char(text[pos])
+    if exc.msg == _IN_NUMBER:
+        return f"invalid character {char} {_IN_NUMBER}"
     if exc.msg.startswith("Invalid control character"):
         return f"invalid character {char} in string literal"
     if exc.msg.startswith("Expecting property name"):
@@ -132,18 +164,24 @@ def _quote_char(char: str) -> str:
     return f"'{quoted}'"
 
 
+def _outside_strings(text: str) -> Iterator[tuple[int, str]]:
+    """Yield each character of JSON `text` that is not inside a string, with its position."""
+    in_string = escaped = False
+    for pos, char in enumerate(text):
+        if in_string:
+            in_string = escaped or char != '"'
+            escaped = not escaped and char == "\\"
+        elif char == '"':
+            in_string = True
+        else:
+            yield pos, char
+
+
 def _innermost(text: str, pos: int) -> str:
     """Return the bracket of the innermost object or array still open at `pos`."""
     stack: list[str] = []
-    in_string = escaped = False
-    for char in text[:pos]:
-        if in_string:
-            escaped = not escaped and char == "\\"
-            if char == '"' and not escaped:
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for _, char in _outside_strings(text[:pos]):
+        if char in "[{":
             stack.append(char)
         elif char in "]}" and stack:
             stack.pop()
