@@ -415,6 +415,7 @@ class StepCache:
         #: Layers read to check their files digest claim before a reuse (one blob GET each).
         self.verifications = 0
         self._confirmed: set[tuple[str, str]] = set()  # (layer digest, files digest) read
+        self._confirming: dict[tuple[str, str], anyio.Lock] = {}
         self.local = type(store).__name__ == "OCILayout"
         self._config_stored = False
         #: The keys a lookup found cleared (``cache clear``): their steps run anew.
@@ -530,8 +531,14 @@ class StepCache:
         bounded by the pull limits and by ``verify_timeout()``); raise DigestMismatch if
         not, RegistryError, TimeoutError or ValueError (a bad bound) when it cannot tell."""
         claim = _claim(layer)
-        if (layer.digest, claim) in self._confirmed:
-            return  # a blob's files never change: each step reading this archive asked
+        # A blob's files never change: the steps reading one archive (at once, too) share
+        # one read; a failed read is not remembered, so the next asks again.
+        async with self._confirming.setdefault((layer.digest, claim), anyio.Lock()):
+            if (layer.digest, claim) not in self._confirmed:
+                await self._read_claim(reference, layer, claim)
+                self._confirmed.add((layer.digest, claim))
+
+    async def _read_claim(self, reference: str, layer: Descriptor, claim: str) -> None:
         bound = verify_timeout()
         self.requests += 1
         self.verifications += 1
@@ -546,7 +553,6 @@ class StepCache:
             raise DigestMismatch(
                 f"layer {layer.title} ({layer.digest}) has files digest {found}, but claims {claim}"
             )
-        self._confirmed.add((layer.digest, claim))
 
     async def manifest_of(self, reference: str) -> tuple[bytes, str]:
         """Return the manifest bytes and digest ``reference`` names (one GET)."""

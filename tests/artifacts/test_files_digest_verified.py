@@ -187,7 +187,7 @@ async def run_reader(
         plain_http=place.plain_http,
     )
     async with session as s:
-        handles = [await s.submit(reader(f"reader{i or ''}")) for i in range(readers)]
+        handles = await s.submit_many([reader(f"reader{i or ''}") for i in range(readers)])
         result, *others = await s.gather(*handles, check=False, timeout=240)
         assert all(o.reason == result.reason for o in others), others
         verified = sum(c.verifications for c in s._reuse.caches.values())
