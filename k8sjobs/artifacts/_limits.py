@@ -16,14 +16,13 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .._handoffimage import ENV_MAX_BYTES, ENV_MAX_RATIO
 from ..errors import LimitExceeded
 
 GiB = 1024**3
 DEFAULT_MAX_BYTES = 100 * GiB
 DEFAULT_MAX_RATIO = 200.0
 RATIO_FLOOR = 64 * 1024 * 1024
-ENV_MAX_BYTES = "K8SJOBS_PULL_MAX_BYTES"
-ENV_MAX_RATIO = "K8SJOBS_PULL_MAX_RATIO"
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:i?B)?\s*", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": GiB, "T": 1024**4, "P": 1024**5}
 _HOW_BYTES = (

@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from .._handoffimage import DEFAULT_BASE, DEFAULT_PLATFORMS
 from .._version import __version__
 from ..errors import K8sJobsError
 from . import Registry
@@ -54,8 +55,6 @@ __all__ = [
     "build_image",
 ]
 
-DEFAULT_BASE = "docker.io/library/python:3.12-slim"
-DEFAULT_PLATFORMS = ("linux/amd64", "linux/arm64")
 SITE_DIR = "/opt/k8sjobs/site"
 ENTRYPOINT = ("python", "-m", "k8sjobs.handoff")
 #: Not root: the handoff only reads and writes the step's shared emptyDir volumes.

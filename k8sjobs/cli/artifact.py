@@ -25,8 +25,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from .._handoffimage import ENV_MAX_BYTES, ENV_MAX_RATIO
 from .._printable import printable
-from ..artifacts._limits import ENV_MAX_BYTES, ENV_MAX_RATIO, PullLimits, parse_size
+from ..artifacts._limits import PullLimits, parse_size
 from ..artifacts._store import ArtifactStore, open_store
 from ..artifacts._tarball import Compression
 from ..artifacts._transfer import ProgressEvent

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
+from .._handoffimage import HANDOFF_IMAGE
 from .._version import __version__
 from ..artifacts._reference import redact
 from ..steps.failure import pod_failure_policy
@@ -61,9 +62,6 @@ __all__ = [
     "render",
 ]
 
-#: The handoff image of this release, tagged with the package version (published by
-#: .github/workflows/release.yml; `k8sjobs image build` makes the same image for a mirror).
-HANDOFF_IMAGE = f"ghcr.io/k8sjobs/handoff:{__version__}"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 LABEL_STUDY = "k8sjobs.io/study"
 LABEL_STEP = "k8sjobs.io/step"
