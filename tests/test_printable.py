@@ -87,7 +87,7 @@ def test_an_error_line_prints_no_control_character_raw(text: str) -> None:
     store's annotation or a path, and printed ESC, C1 controls and bidi overrides raw."""
     import contextlib
 
-    from k8sjobs.cli.options import print_error
+    from k8sjobs.cli.console import print_error
 
     out = io.StringIO()
     with contextlib.redirect_stderr(out):

@@ -3,7 +3,8 @@ report, and the ``artifact`` and ``rbac`` subcommands. Nothing below it imports 
 
 This module is the console script's entry point, so it imports nothing heavy itself: a
 Ctrl-C while the commands' modules load (rich, pydantic: most of a second) must still end
-with one line and exit 130, and ``--version`` must not pay for them at all.
+with one line and exit 130, and ``--version`` must not pay for them at all (nor ``--help``,
+which loads only the parser: main.py says how).
 """
 
 from __future__ import annotations

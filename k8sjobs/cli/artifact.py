@@ -6,39 +6,43 @@ Each command's ``func`` returns an exit code; errors print one line on stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from typing import TYPE_CHECKING, Any
 
 from .._handoffimage import ENV_MAX_BYTES, ENV_MAX_RATIO
 from .._printable import printable
-from ..artifacts._limits import PullLimits, parse_size
-from ..artifacts._store import ArtifactStore, open_store
-from ..artifacts._tarball import Compression
-from ..artifacts._transfer import ProgressEvent
 from ..errors import ArtifactNotFound, RegistryError
-from .options import UsageError, print_error
+from .options import UsageError
+
+# Only what the parser needs is imported here: ``--help`` builds every command's parser, and
+# must not load rich and the artifact stack (aiohttp) that the commands import as they run.
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from ..artifacts._limits import PullLimits
+    from ..artifacts._store import ArtifactStore
+    from ..artifacts._tarball import Compression
+    from ..artifacts._transfer import ProgressEvent
 
 
 class ProgressBars:
     """A rich progress display with one bar per blob, fed by ProgressEvents."""
 
     def __init__(self, enabled: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -65,6 +69,8 @@ class ProgressBars:
 
 
 def _store(args: argparse.Namespace) -> ArtifactStore:
+    from ..artifacts._store import open_store
+
     store = args.store or f"oci:{args.state_dir / 'artifacts'}"
     return open_store(store, plain_http=args.plain_http, ca_file=args.ca_file)
 
@@ -103,6 +109,8 @@ async def _push(args: argparse.Namespace) -> None:
 
 def _limits(args: argparse.Namespace) -> PullLimits:
     """The environment's limits (as in the pod), with the command line's flags over them."""
+    from ..artifacts._limits import PullLimits
+
     env = PullLimits.from_env()
     return PullLimits(
         args.max_bytes if args.max_bytes is not None else env.max_bytes,
@@ -147,15 +155,17 @@ def _check_paths(args: argparse.Namespace) -> None:
 def _runner(
     command: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
     check: Callable[[argparse.Namespace], None] | None = None,
-) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
+) -> Callable[[argparse.Namespace], Coroutine[Any, Any, int]]:
+    async def run(args: argparse.Namespace) -> int:
         if check is not None:
             check(args)
         try:
-            asyncio.run(command(args))
+            await command(args)
         except RegistryError as exc:
             if isinstance(exc, ValueError):  # a reference or store that cannot be parsed
                 raise  # bad input: main prints it, exit code 2
+            from .console import print_error
+
             print_error(str(exc))  # not found, refused, unreachable: exit code 1
             return 1
         return 0
@@ -254,6 +264,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _size(value: str) -> int:
+    from ..artifacts._limits import parse_size
+
     try:
         return parse_size(value, "--max-bytes")
     except ValueError as exc:

@@ -1,21 +1,22 @@
-"""``k8sjobs image build|commands``: build or mirror the handoff image."""
+"""``k8sjobs image build|commands``: build or mirror the handoff image.
+
+The commands import what they use as they run: ``--help`` builds every command's parser.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .._handoffimage import DEFAULT_BASE, DEFAULT_PLATFORMS
 
 __all__ = ["add_image_commands", "handoff_requirements"]
 
 
 def add_image_commands(commands: Any, common: Any) -> None:
     """Add ``image build`` and ``image commands``; ``common`` adds -v/-q to a parser."""
-    from ..artifacts.image import DEFAULT_BASE, DEFAULT_PLATFORMS
-
     image = commands.add_parser(
         "image",
         help="build or mirror the handoff image",
@@ -99,6 +100,8 @@ async def handoff_requirements(
     """Return what pip installs into the image: ``requirements``, else ``wheel``, else a
     wheel built (into ``scratch``) from the source k8sjobs runs from, else the release of
     this version (only an installed wheel is that release)."""
+    import asyncio
+
     from ..artifacts.image import ImageSpec, build_wheel, source_checkout
 
     if requirements:
@@ -112,6 +115,8 @@ async def handoff_requirements(
 
 
 async def _cmd_build(args: argparse.Namespace) -> int:
+    import tempfile
+
     from ..artifacts.image import ImageSpec, Platform, build_image
 
     defaults = ImageSpec()
@@ -135,7 +140,7 @@ async def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_commands(args: argparse.Namespace) -> int:
-    from ..artifacts.image import DEFAULT_PLATFORMS, Platform, build_commands
+    from ..artifacts.image import Platform, build_commands
 
     for platform in args.platform or ():
         Platform.parse(platform)  # refuse what the commands could not build

@@ -2,13 +2,19 @@
 
 How to add a command or a flag, the same way as the others:
 
-- A command lives in the module of its group (``studies.py``: run, status, logs, cancel,
-  render, report; ``artifact.py``; ``rbac.py``; ``image.py``). Its ``add_*`` function makes
-  the subparser, with a ``help=`` on the parser and on every argument, and calls
-  ``common(parser, names)`` with the global options it uses (``options.GLOBALS``:
-  state_dir, backend, kubeconfig, context, namespace; ``options.BACKEND`` for all of them);
-  ``common`` also adds ``-v``/``-q``. ``set_defaults(func=...)`` names a function that takes
-  the arguments and returns the exit code (async is fine).
+- A command lives in the module of its group (``studyargs.py``: run, status, logs, cancel,
+  render, report, whose functions are in ``studies.py``; ``artifact.py``; ``rbac.py``;
+  ``image.py``). Its ``add_*`` function makes the subparser, with a ``help=`` on the parser
+  and on every argument, and calls ``common(parser, names)`` with the global options it uses
+  (``options.GLOBALS``: state_dir, backend, kubeconfig, context, namespace;
+  ``options.BACKEND`` for all of them); ``common`` also adds ``-v``/``-q``.
+  ``set_defaults(func=...)`` names a function that takes the arguments and returns the exit
+  code (async is fine).
+- The modules that build the parser import only light things at their top (the standard
+  library, options.py, errors): ``k8sjobs --help`` builds every command's parser, and loads
+  nothing of what the commands use (rich, pydantic, yaml, the artifact stack) until one
+  runs; a default its help shows lives in a light module (``_handoffimage.py``).
+  tests/cli/test_cli_process_edges.py checks every command's ``--help``.
 - A study command names its study with ``options.add_study`` (``--study NAME``) and/or the
   study file as its first positional (``options.split_study_args``, ``options.study_name``).
 - A mistake raises ``options.UsageError`` (or a K8sJobsError): one ``error:`` line, exit 2.
@@ -20,21 +26,18 @@ How to add a command or a flag, the same way as the others:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
-from collections.abc import Sequence
-
-from pydantic import ValidationError
+from collections.abc import Coroutine, Sequence
 
 from .._version import __version__
 from ..errors import ClusterUnreachable, K8sJobsError
 from .artifact import add_artifact_commands
 from .exits import closed_pipe, interrupted
 from .image import add_image_commands
-from .options import BACKEND, Parser, UsageError, add_globals, print_error
+from .options import BACKEND, Parser, UsageError, add_globals
 from .rbac import add_rbac_command
-from .studies import add_study_commands
+from .studyargs import add_study_commands
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
 
@@ -66,17 +69,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         outcome = args.func(args)
-        return int(asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome)
+        if isinstance(outcome, Coroutine):
+            import asyncio  # most of what the parser would load: --help never gets here
+
+            outcome = asyncio.run(outcome)
+        return int(outcome)
     except KeyboardInterrupt:
         return interrupted()
     except BrokenPipeError:  # before OSError: a reader that left is no error of the user
         return closed_pipe()
     except ClusterUnreachable as exc:  # not the user's input: the cluster is not there
-        print_error(str(exc))
-        return 1
-    except (UsageError, K8sJobsError, ValidationError, ValueError, OSError) as exc:
-        print_error(str(exc))
-        return 2
+        return _failed(exc, 1)
+    except (UsageError, K8sJobsError, ValueError, OSError) as exc:  # pydantic's too: ValueErrors
+        return _failed(exc, 2)
+
+
+def _failed(exc: Exception, code: int) -> int:
+    """Print ``exc`` as the command's one ``error:`` line; return ``code``."""
+    from .console import print_error  # rich: once a command ran, never for --help
+
+    print_error(str(exc))
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,27 +16,20 @@ import argparse
 import difflib
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rich import console as _rich
-from rich.text import Text
-
+from .._handoffimage import HANDOFF_IMAGE
 from .._printable import printable
-from ..render.manifests import HANDOFF_IMAGE
-from ..steps.spec import check_dns_label
 
 __all__ = [
     "GLOBALS",
-    "Console",
     "UsageError",
     "add_globals",
     "add_study",
     "add_target",
-    "in_cli_words",
     "positive_int",
-    "print_error",
     "quote",
     "split_study_args",
     "study_name",
@@ -97,6 +90,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, printable(f"error: {self.prog}: {message} (see: {self.prog} --help)") + "\n")
 
 
+def _namespace(value: str) -> str:
+    """Return ``value`` once it passed as a namespace's name (an argparse ``type``)."""
+    from ..steps.spec import check_dns_label  # pydantic: when the option is given, not for --help
+
+    try:
+        check_dns_label(value, "namespace")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 #: Each global option: its flags and the keyword arguments of ``add_argument``.
 GLOBALS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "state_dir": (
@@ -136,7 +140,7 @@ GLOBALS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         ("-n", "--namespace"),
         {
             "default": None,
-            "type": lambda v: _argtype(check_dns_label, v, "namespace"),
+            "type": _namespace,
             "metavar": "NAMESPACE",
             "help": "the Kubernetes namespace (default the context's namespace, else default)",
         },
@@ -287,15 +291,6 @@ def study_name(args: argparse.Namespace, command: str) -> str:
     )
 
 
-def _argtype(check: Callable[[str, str], object], value: str, what: str) -> str:
-    """Return ``value`` once ``check`` passed it; its ValueError is argparse's error."""
-    try:
-        check(value, what)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
-
-
 def positive_int(value: str) -> int:
     """Return ``value`` as an int of at least 1 (an argparse ``type``)."""
     try:
@@ -310,41 +305,3 @@ def positive_int(value: str) -> int:
 def quote(*words: str) -> str:
     """Return a command line a person can paste into a shell (each word shell-quoted)."""
     return " ".join(shlex.quote(w) for w in words)
-
-
-class Console(_rich.Console):
-    """rich's Console whose closed stdout ends the command as every other write does.
-
-    rich answers a reader that left with its own ``SystemExit(1)``; raising
-    ``BrokenPipeError`` instead lets the entry point end quietly with 141, as ``cat``."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
-
-
-def print_error(message: str) -> None:
-    """Print ``message`` as one ``error:`` line on stderr, in the CLI's words, its control
-    characters escaped: an error can quote a server, a store or a path (rich drops BEL but
-    passes ESC, C1 controls and bidi overrides)."""
-    text = printable(" ".join(in_cli_words(message).split()))  # one line, whatever it held
-    error = Text("error: ", style="bold red").append(text)
-    Console(stderr=True, soft_wrap=True).print(error, highlight=False)
-
-
-# The Python API's words in messages, and what a shell user types instead.
-_CLI_WORDS = (
-    ("pass kubeconfig=...", "give --kubeconfig FILE (or run on this machine: --backend local)"),
-    ("pass plain_http=True", "give --plain-http"),
-    ("plain_http=True", "--plain-http"),
-    ("pass ca_file", "give --ca-file"),
-    ("max_parallel", "--max-parallel"),
-    ("handoff_image=", "--handoff-image "),
-)
-
-
-def in_cli_words(message: str) -> str:
-    """Return ``message`` with the API's parameter names replaced by the CLI's options."""
-    for api, cli in _CLI_WORDS:
-        message = message.replace(api, cli)
-    return message

@@ -17,10 +17,6 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from ..steps.spec import check_dns_label
-
 __all__ = [
     "DEFAULT_SERVICE_ACCOUNT",
     "JOBSET_RULES",
@@ -158,6 +154,8 @@ def rbac_objects(
     ``minicluster`` adds the rights Flux Operator steps need (``MINICLUSTER_RULES``),
     ``jobset`` those of JobSet steps (``JOBSET_RULES``), ``kueue`` those of queued steps.
     """
+    from ..steps.spec import check_dns_label  # pydantic: not for the parser (``rbac --help``)
+
     check_dns_label(namespace, "namespace")
     check_dns_label(service_account, "service account name")
     labels = {"app.kubernetes.io/managed-by": "k8sjobs"}
@@ -209,6 +207,8 @@ def rbac_yaml(
     objects = rbac_objects(
         namespace, service_account, minicluster=minicluster, jobset=jobset, kueue=kueue
     )
+    import yaml  # not for the parser (``rbac --help``)
+
     body = yaml.safe_dump_all(objects, sort_keys=False)
     return "\n".join(header) + "\n" + body
 

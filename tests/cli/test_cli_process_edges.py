@@ -16,7 +16,35 @@ from pathlib import Path
 
 import pytest
 
-_HEAVY = ("rich", "pydantic", "yaml", "httpx", "kubernetes_asyncio")
+from k8sjobs.cli.main import build_parser
+from k8sjobs.cli.reference import commands
+
+# What the cheap questions (--version, --help) must not load: the libraries (most of a
+# second), and the modules of the library that import them.
+_HEAVY = (
+    *("rich", "pydantic", "yaml", "aiohttp", "httpx", "kubernetes_asyncio", "cryptography"),
+    *("k8sjobs.session", "k8sjobs.study", "k8sjobs.render", "k8sjobs.artifacts"),
+)
+# Print, after running the command line, the heavy modules it imported (each of _HEAVY
+# given as an argument, with its submodules).
+_IMPORTED_HEAVY = """
+import sys
+from k8sjobs.cli import main
+try:
+    code = main({argv!r})
+except SystemExit as exc:  # --help, and argparse's usage errors
+    code = exc.code
+sys.stdout.flush()
+heavy = sorted({{h for h in sys.argv[1:] for m in sys.modules if (m + ".").startswith(h + ".")}})
+print(code, heavy)
+"""
+
+
+def _help_commands() -> list[list[str]]:
+    """Return every command and group of the parser (the parser itself: ``[]``), so that a
+    new one is covered."""
+    found = {words[:n] for words, _ in commands(build_parser()) for n in range(len(words) + 1)}
+    return [list(words) for words in sorted(found)]
 
 
 def _env() -> dict[str, str]:
@@ -106,14 +134,37 @@ def test_a_reader_that_closed_the_pipe_ends_any_printing_command_quietly(
     assert done.returncode in allowed, done.returncode
 
 
-@pytest.mark.parametrize("module", ["rich", "pydantic", "yaml", "k8sjobs.study", "k8sjobs.render"])
-@pytest.mark.parametrize("command", [["--help"], ["status", "s.yaml"], ["run", "s.yaml"]])
+# What a command loads inside main(), where a Ctrl-C is caught: --help only the parser's.
+_PARSER_MODULES = ("argparse", "k8sjobs.cli.main", "k8sjobs.cli.studyargs")
+_COMMAND_MODULES = (
+    "k8sjobs.cli.studies",
+    "rich",
+    "pydantic",
+    "yaml",
+    "k8sjobs.study",
+    "k8sjobs.render",
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "module"),
+    [
+        *((["--help"], module) for module in _PARSER_MODULES),
+        *(
+            (command, module)
+            for command in (["status", "s.yaml"], ["run", "s.yaml"])
+            for module in _COMMAND_MODULES
+        ),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else value,
+)
 def test_ctrl_c_while_any_module_loads_is_one_line_and_exit_130(
     module: str, command: list[str]
 ) -> None:
     """Ctrl-C arrives as KeyboardInterrupt at whatever the process does; the earliest moment
     is the import of the commands' modules. An import hook raises it at ``module``'s import,
-    the way a real SIGINT would there."""
+    the way a real SIGINT would there (a module the command does not load would leave it
+    ending as usual: no 130)."""
     program = textwrap.dedent(
         f"""
         import sys
@@ -134,25 +185,38 @@ def test_ctrl_c_while_any_module_loads_is_one_line_and_exit_130(
     assert done.stderr.splitlines() == ["interrupted (Ctrl-C)"], done.stderr
 
 
-def test_version_imports_none_of_the_heavy_libraries() -> None:
-    program = textwrap.dedent(
-        """
-        import sys
-        from k8sjobs.cli import main
-        code = main(["--version"])
-        heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))
-        print(code, heavy)
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program, *_HEAVY],
+def _imported_heavy(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _IMPORTED_HEAVY.format(argv=argv), *_HEAVY],
         capture_output=True,
         text=True,
         env=_env(),
         timeout=300,
     )
+
+
+def test_version_imports_none_of_the_heavy_libraries() -> None:
+    done = _imported_heavy(["--version"])
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
     assert done.stdout.startswith("k8sjobs "), done.stdout
+
+
+@pytest.mark.parametrize(
+    "command", _help_commands(), ids=lambda words: " ".join(words) or "k8sjobs"
+)
+def test_help_imports_none_of_the_heavy_libraries(command: list[str]) -> None:
+    """``k8sjobs [CMD] --help`` builds the whole parser and prints; the commands' modules
+    (rich, pydantic, yaml, the artifact stack) load only when a command runs."""
+    for flag in ("--help", "-h"):
+        done = _imported_heavy([*command, flag])
+        assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
+        assert "usage: k8sjobs" in done.stdout, done.stdout
+
+
+def test_no_command_is_a_usage_error_that_imports_none_of_the_heavy_libraries() -> None:
+    done = _imported_heavy([])
+    assert done.stdout.splitlines()[-1] == "2 []", done.stdout + done.stderr
+    assert done.stderr.startswith("error: k8sjobs: the following arguments are required")
 
 
 def test_a_reader_that_left_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
