@@ -93,6 +93,12 @@ def _extended(name: str) -> bool:
     return not qualified_name_errors("requests." + name)
 
 
+def overcommit_allowed(name: str) -> bool:
+    """IsOvercommitAllowed: whether a request may be below its limit. So for a native
+    resource (cpu, memory) but hugepages; an extended one is asked exactly, request = limit."""
+    return _native(name) and not name.startswith("hugepages-")
+
+
 def _hugepages(name: str) -> bool:
     return name.startswith("hugepages-") or name.startswith("requests.hugepages-")
 
@@ -109,8 +115,9 @@ def _resource_name(name: str, field: str) -> list[Cause]:
     return []
 
 
-def _container_resource_name(name: str, field: str) -> list[Cause]:
-    """validateContainerResourceName: also a container's resource, or an extended one."""
+def container_resource_name(name: str, field: str) -> list[Cause]:
+    """validateContainerResourceName: also a container's resource, or an extended one (in a
+    container's limits and requests, a Pod's overhead, a Pod or Container LimitRange)."""
     causes = _resource_name(name, field)
     if "/" not in name:
         if not (name in _CONTAINER or name.startswith("hugepages-")):
@@ -141,15 +148,15 @@ def resource_quota_causes(quota: dict[str, Any]) -> list[Cause]:
         for name in sorted(values):
             field = f"{part}.{key}[{name}]"
             causes += _quota_resource_name(str(name), field)
-            causes += _quantity_value_causes(str(name), values[name], field)
+            quantity = _quantity(values[name])
+            if quantity is not None:
+                causes += quantity_value_causes(str(name), quantity, field)
     return causes
 
 
-def _quantity_value_causes(name: str, value: Any, field: str) -> list[Cause]:
-    """ValidateResourceQuantityValue: never negative, whole for a counted resource."""
-    quantity = _quantity(value)
-    if quantity is None:
-        return []
+def quantity_value_causes(name: str, quantity: Quantity, field: str) -> list[Cause]:
+    """ValidateResourceQuantityValue: never negative, whole for a counted resource (a
+    quota's count, an extended resource wherever it is asked)."""
     causes = []
     if quantity.value < 0:
         causes.append(_invalid(field, _quoted(str(quantity)), _NOT_NEGATIVE))
@@ -230,7 +237,7 @@ def _limit_item_causes(item: dict[str, Any], path: str, seen: set[str]) -> list[
 def _limit_resource_name(kind: str, name: str, field: str) -> list[Cause]:
     """validateLimitRangeResourceName: a container's resource in a Pod or Container limit."""
     if kind in ("Pod", "Container"):
-        return _container_resource_name(name, field)
+        return container_resource_name(name, field)
     return _resource_name(name, field)
 
 
@@ -297,9 +304,8 @@ def _order_causes(name: str, found: dict[str, Quantity | None], path: str) -> li
         check("default", high, limit, high, "default value {} is greater than max value {}")
     if ratio is not None:
         causes += _ratio_causes(name, ratio, low, high, f"{path}.maxLimitRequestRatio[{name}]")
-    overcommits = _native(name) and not name.startswith("hugepages-")
     if (
-        not overcommits
+        not overcommit_allowed(name)
         and limit is not None
         and request is not None
         and limit.value != request.value
