@@ -3,8 +3,9 @@
 Defaults are those a v1.36 API server fills in (recorded in the k8s reference transcripts),
 because drivers and their tests read them back. Validation combines the schema check of
 kubernetes-validate with the few semantic rules users hit in practice: object names, the Job
-restartPolicy, the immutable Job template, the 1 MiB ConfigMap/Secret limit, and what a
-LimitRange or ResourceQuota may say (`resourcelists`).
+restartPolicy, the immutable Job template, the 1 MiB ConfigMap/Secret limit, what a
+LimitRange or ResourceQuota may say (`resourcelists`) and what a container's resources may say,
+in a Pod or a Job's pod template (`containerresources`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import errors as _errors
+from .containerresources import pod_spec_resource_causes
 from .errors import cause as cause
 from .names import DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_MSG, SUBDOMAIN_MSG
 from .podresources import default_requests_from_limits
@@ -386,14 +388,25 @@ def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, 
         causes += _size_causes(resource, obj)
     if resource.plural == "secrets":
         causes += _secret_type_causes(obj)
+    if resource.plural == "pods":
+        spec = _mapping(obj.get("spec"))
+        causes += pod_spec_resource_causes(spec, "spec", requests_from_limits=True)
     if resource.plural == "jobs":
-        causes += _job_causes(obj) + _job_number_causes(obj)
+        causes += _job_number_causes(obj) + _job_template_causes(obj) + _job_causes(obj)
     if resource.plural in ("limitranges", "resourcequotas"):
         if resource.plural == "limitranges":
             causes += limit_range_causes(obj)
         else:
             causes += resource_quota_causes(obj)
     return causes
+
+
+def _job_template_causes(job: dict[str, Any]) -> list[dict[str, str]]:
+    """Return the causes of the Job's pod template (ValidatePodTemplateSpec): its containers'
+    resources, checked after the Job's counts and before its restartPolicy, as validateJobSpec
+    orders them."""
+    spec = _mapping(_mapping(_mapping(job.get("spec")).get("template")).get("spec"))
+    return pod_spec_resource_causes(spec, "spec.template.spec")
 
 
 def _annotation_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
