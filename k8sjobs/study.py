@@ -120,6 +120,7 @@ def parse_study(
     where = _Locator(source, lines)
     if not isinstance(data, dict):
         raise StudyError(f"{source}: a study is a mapping with name, defaults and steps")
+    _refuse_maestro(data, where)
     unknown = set(data) - _STUDY_KEYS
     if unknown:
         key = sorted(unknown, key=str)[0]
@@ -136,6 +137,17 @@ def parse_study(
     study_name = name or data.get("name") or Path(source).stem
     raw = [_merge(defaults, s, where, i) for i, s in enumerate(steps)]
     return _expand(study_name, raw, base_dir, where, data.get("description") or "")
+
+
+def _refuse_maestro(data: Mapping[Any, Any], where: _Locator) -> None:
+    """Refuse a Maestro study file (its steps under study:, its run: blocks) by its name:
+    key by key it reads as a k8sjobs study or step with unknown keys."""
+    if isinstance(data.get("study"), list) and {"batch", "description", "env"} & set(data):
+        raise StudyError(
+            f"{where('study')}: study: this is a Maestro study file (study:, batch:): run it "
+            "with maestro run (docs/maestro.md); k8sjobs reads its own study format "
+            "(docs/studies.md)"
+        )
 
 
 def _unknown_study_key(key: Any, data: Mapping[Any, Any]) -> str:
@@ -467,16 +479,18 @@ def parse_step_file(
     close to a study's (``step:`` for ``steps:``) says the file was read as one step.
     """
     where = _Locator(source, lines)
+    _refuse_maestro(data, where)
     known = set(Step.model_fields)
     for key in data:
         close = difflib.get_close_matches(str(key), sorted(known | _STUDY_KEYS), n=1)
         if key in known or (close and close[0] in known):
             continue  # a field, or a typo of one: Step's own message names it
-        hint = (
-            f'did you mean "{close[0]}"? Without steps: the file is read as one step'
-            if close
-            else "a step file holds the fields of one Step (docs/steps.md#fields)"
-        )
+        if key in _STUDY_KEYS:
+            hint = "it is a study's, and a study lists its steps under steps: (docs/studies.md)"
+        elif close:
+            hint = f'did you mean "{close[0]}"? Without steps: the file is read as one step'
+        else:
+            hint = "a step file holds the fields of one Step (docs/steps.md#fields)"
         raise StudyError(f'{where(key)}: {key}: "{key}" is not a step key; {hint}')
     try:
         return Step.model_validate(data)

@@ -54,3 +54,40 @@ def test_a_good_step_file_still_renders(tmp_path: Path, capsys: pytest.CaptureFi
     code, err = render(tmp_path, "name: t\nscript: echo hi\n", capsys)
     assert (code, err) == (0, "")
     assert "kind: Job" in capsys.readouterr().out
+
+
+def test_a_study_s_own_key_in_a_step_file_is_said_to_be_a_study_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``description:`` is no typo of a step key: the hint named the key itself ("did you
+    mean \\"description\\"?")."""
+    code, err = render(tmp_path, "description: a study\nscript: echo hi\n", capsys)
+    assert code == 2
+    assert '"description" is not a step key; it is a study\'s' in err
+    assert "did you mean" not in err
+
+
+MAESTRO = "description:\n  name: sweep\nbatch:\n  type: kubernetes\nstudy:\n  - name: a\n"
+
+
+@pytest.mark.parametrize("command", ["render", "run"])
+def test_a_maestro_study_file_is_named_as_one_with_the_command_it_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """examples/maestro/study.yaml given to k8sjobs: read key by key, it was "unknown key
+    batch" (run) or a step key suggesting itself (render)."""
+    path = tmp_path / "study.yaml"
+    path.write_text(MAESTRO)
+    code = main(["--state-dir", str(tmp_path), command, str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: {path}:5: study: this is a Maestro study file"), err
+    assert "maestro run (docs/maestro.md)" in err
+
+
+def test_the_maestro_example_is_named_as_a_maestro_study(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    example = Path(__file__).parents[2] / "examples" / "maestro" / "study.yaml"
+    assert main(["render", str(example)]) == 2
+    assert "this is a Maestro study file" in capsys.readouterr().err
