@@ -269,3 +269,47 @@ async def test_resources_the_real_server_takes_are_stored_in_a_pod_and_a_job(
     assert status == 201, created
     status, created = await call(http, "POST", f"{cluster.url}{JOBS}", job(body["spec"]), **JSON)
     assert status == 201, created
+
+
+@pytest.mark.parametrize(
+    ("policy", "failure_policy", "reason", "message"),
+    [
+        (
+            "Always",
+            False,
+            "FieldValueRequired",
+            'Required value: valid values: "OnFailure", "Never"',
+        ),
+        (
+            "Sometimes",
+            False,
+            "FieldValueNotSupported",
+            'Unsupported value: "Sometimes": supported values: "OnFailure", "Never"',
+        ),
+        (
+            "OnFailure",
+            True,
+            "FieldValueInvalid",
+            'Invalid value: "OnFailure": only "Never" is supported when podFailurePolicy is '
+            "specified",
+        ),
+    ],
+    ids=["always", "unknown", "onfailure-with-pod-failure-policy"],
+)
+async def test_a_jobs_restart_policy_is_judged_as_validate_job_spec_does(
+    cluster: FakeCluster,
+    http: aiohttp.ClientSession,
+    policy: str,
+    failure_policy: bool,
+    reason: str,
+    message: str,
+) -> None:
+    """An explicit Always reads as an unset policy (the server defaults it first), not as an
+    unsupported value; OnFailure beside a podFailurePolicy is refused."""
+    body = job(pod_spec({}))
+    body["spec"]["template"]["spec"]["restartPolicy"] = policy
+    if failure_policy:
+        rule = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}
+        body["spec"]["podFailurePolicy"] = {"rules": [rule]}
+    cause = {"reason": reason, "message": message, "field": "spec.template.spec.restartPolicy"}
+    await assert_invalid(http, cluster, "Job", body, [cause])

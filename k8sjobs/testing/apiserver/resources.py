@@ -487,13 +487,20 @@ def _job_causes(job: dict[str, Any]) -> list[dict[str, str]]:
     pod_spec = job.get("spec", {}).get("template", {}).get("spec", {})
     policy = pod_spec.get("restartPolicy")
     field = "spec.template.spec.restartPolicy"
-    if policy is None or policy == "":
+    # validateJobSpec: an unset policy is defaulted to Always first, so the two read alike
+    if policy in (None, "", "Always"):
         return [
             cause("FieldValueRequired", 'Required value: valid values: "OnFailure", "Never"', field)
         ]
     if policy not in ("OnFailure", "Never"):
         message = f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
         return [cause("FieldValueNotSupported", message, field)]
+    if job.get("spec", {}).get("podFailurePolicy") is not None and policy != "Never":
+        message = (
+            f'Invalid value: "{policy}": only "Never" is supported when podFailurePolicy is '
+            "specified"
+        )
+        return [cause("FieldValueInvalid", message, field)]
     if not pod_spec.get("containers"):
         return [cause("FieldValueRequired", "Required value", "spec.template.spec.containers")]
     return []
