@@ -326,8 +326,10 @@ class Resources(_Model):
     def _gpu_resource_is_name(cls, value: str) -> str:
         _check_label_key(value)
         # The API server accepts an unprefixed resource name only for its own (cpu, memory,
-        # ...), and a GPU count written over "cpu" would silently replace the cores.
-        if "/" not in value or value.split("/")[0].endswith("kubernetes.io"):
+        # ...), and a GPU count written over "cpu" would silently replace the cores; a
+        # "requests." name is a quota's, never a container's (IsExtendedResourceName).
+        prefix = value.split("/")[0]
+        if "/" not in value or prefix.endswith("kubernetes.io") or prefix.startswith("requests."):
             raise ValueError(
                 f'"{value}" is not an extended resource name; write it with its vendor '
                 'domain, e.g. "nvidia.com/gpu" or "amd.com/gpu"'

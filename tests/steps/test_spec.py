@@ -86,7 +86,9 @@ def test_fewer_tasks_than_nodes_is_refused_at_tasks() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["gpu", "cpu", "memory", "kubernetes.io/gpu"])
+@pytest.mark.parametrize(
+    "name", ["gpu", "cpu", "memory", "kubernetes.io/gpu", "requests.example.com/gpu"]
+)
 def test_gpu_resource_must_be_an_extended_resource(name: str) -> None:
     refused(lambda: Resources(gpus=1, gpu_resource=name), ("gpu_resource",), "nvidia.com/gpu")
 
