@@ -105,6 +105,15 @@ def _admission(
         return Admission(
             Stage.EVICTED, _text(evicted, "reason"), _text(evicted, "message"), evictions
         )
+    if (workload.get("spec") or {}).get("active") is False:
+        # Deactivated (by hand, or by Kueue past its requeue limit): Kueue admits it no more
+        # until spec.active is true again, whatever its quota conditions still say.
+        why = f" ({evicted_words})" if (evicted_words := _text(evicted, "message")) else ""
+        message = (
+            f"its Workload is deactivated (spec.active: false){why}; Kueue admits it only once "
+            "it is reactivated"
+        )
+        return Admission(Stage.WAITING, "Deactivated", message, evictions)
     if _true(reserved) and _true(conditions.get("Admitted") or {}):
         admitted = conditions["Admitted"]
         return Admission(

@@ -160,6 +160,27 @@ def test_a_workload_kueue_has_not_looked_at_yet_says_its_queue() -> None:
     )
 
 
+def test_a_deactivated_workload_says_it_is_admitted_no_more_until_reactivated() -> None:
+    """spec.active false (by hand, or Kueue's requeue limit): the step waited as if for
+    quota, with the quota condition's stale words, saying nothing of why it never ran."""
+    evicted = {
+        "type": "Evicted",
+        "status": "True",
+        "reason": "Deactivated",
+        "message": "The workload is deactivated",
+    }
+    stale = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "x"}
+    workload = {"spec": {"active": False}, "status": {"conditions": [evicted, stale]}}
+    found = admission(workload)
+    assert (found.stage, found.reason) == (Stage.WAITING, "Deactivated")
+    assert "deactivated (spec.active: false) (The workload is deactivated)" in found.message
+    assert "reactivated" in found.message
+    suspended = StepResult(name="s", state=P, reason="Suspended", message="suspended")
+    assert judge(suspended, found).reason == "Deactivated"
+    again = admission({**workload, "spec": {"active": True}})
+    assert again.reason != "Deactivated"
+
+
 @given(
     st.sampled_from(list(StepState)),
     st.sampled_from(list(Stage)),
