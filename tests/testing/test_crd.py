@@ -363,6 +363,42 @@ async def test_updating_a_crd_changes_what_its_kind_accepts(
     assert group["preferredVersion"]["version"] == "v1beta1"  # beta outranks alpha
 
 
+async def test_an_update_leaving_an_invalid_field_as_it_was_is_taken(
+    cluster: FakeCluster, http: aiohttp.ClientSession
+) -> None:
+    """Validation ratcheting (CRDValidationRatcheting, on since v1.30): an object made valid
+    under a looser schema can still be patched elsewhere (a label, an annotation: how
+    k8sjobs marks a step cancelled), while a change to the invalid field is refused. The
+    fake refused the annotation patch on a MiniCluster whose status its operator had left
+    short of the schema."""
+    await define(http, cluster, minicluster_crd())
+    status, _ = await call(http, "POST", f"{cluster.url}{MC}", minicluster("big", size=5))
+    assert status == 201
+    crds = f"{cluster.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    _, crd = await call(http, "GET", f"{crds}/miniclusters.{GROUP}")
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"]["size"]["maximum"] = 4
+    assert (await call(http, "PUT", f"{crds}/miniclusters.{GROUP}", crd))[0] == 200
+
+    def limited() -> bool:
+        resource = cluster.store.resources["miniclusters"]
+        found = getattr(resource.hooks, "schema", {})
+        return bool(found["properties"]["spec"]["properties"]["size"].get("maximum") == 4)
+
+    await wait_until(limited)
+    merge = {"Content-Type": "application/merge-patch+json"}
+    label = {"metadata": {"annotations": {"k8sjobs.io/cancelled-by": "another process"}}}
+    status, body = await call(http, "PATCH", f"{cluster.url}{MC}/big", label, **merge)
+    assert status == 200, body
+    status, body = await call(
+        http, "PATCH", f"{cluster.url}{MC}/big", {"spec": {"size": 6}}, **merge
+    )
+    assert status == 422
+    assert body["details"]["causes"][0]["message"] == (
+        "Invalid value: 6: spec.size in body should be less than or equal to 4"
+    )
+
+
 async def test_aggregated_discovery_requests_get_the_plain_documents(
     cluster: FakeCluster, http: aiohttp.ClientSession
 ) -> None:

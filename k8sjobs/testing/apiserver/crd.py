@@ -53,7 +53,7 @@ class CrdHooks:
                 "storedVersions": storage[:1],
             }
 
-    def causes(self, obj: Obj) -> list[dict[str, str]]:
+    def causes(self, obj: Obj, old: Obj | None) -> list[dict[str, str]]:
         """Return why the API server would refuse this CRD (names, scope, versions, schemas)."""
         spec = obj.get("spec") or {}
         names = spec.get("names") or {}
@@ -140,10 +140,41 @@ class CustomKind:
         obj.clear()
         obj.update(pruned)
 
-    def causes(self, obj: Obj) -> list[dict[str, str]]:
-        """Return the schema violations of `obj`, each with its field path."""
+    def causes(self, obj: Obj, old: Obj | None) -> list[dict[str, str]]:
+        """Return the schema violations of `obj`, each with its field path.
+
+        On an update, a violation at a field the update left as it was is not one: the
+        real server ratchets (CRDValidationRatcheting, on since v1.30), so an object written
+        before its schema tightened, or by a controller through /status, can still be
+        patched elsewhere (a label, an annotation)."""
         body = {k: v for k, v in obj.items() if k != "metadata"}
-        return sorted(_openapi.validate(body, self.schema), key=lambda c: c["field"])
+        found = _openapi.validate(body, self.schema)
+        if old is not None:
+            found = [c for c in found if _value_at(obj, c["field"]) != _value_at(old, c["field"])]
+        return sorted(found, key=lambda c: c["field"])
+
+
+_ABSENT = object()
+
+
+def _value_at(obj: Obj, field: str) -> Any:
+    """Return the value at a cause's field path (`spec.tasks[0].name`); a missing one, and a
+    path this cannot follow, are the same absent value (so a field missing before and after
+    counts as unchanged)."""
+    value: Any = obj
+    for part in field.replace("[", ".[").split("."):
+        if not part:
+            continue
+        if part.startswith("[") and part.endswith("]") and isinstance(value, list):
+            index = part[1:-1]
+            if not index.isdigit() or int(index) >= len(value):
+                return _ABSENT
+            value = value[int(index)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return _ABSENT
+    return value
 
 
 def check_unknown_fields(res: Resource, body: Obj, directive: str) -> list[str]:

@@ -51,8 +51,8 @@ class ResourceHooks(Protocol):
     def prepare(self, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Normalise `obj` in place before validation (prune, default), `old` on update."""
 
-    def causes(self, obj: dict[str, Any]) -> list[dict[str, str]]:
-        """Return the validation causes for `obj` (empty when it is valid)."""
+    def causes(self, obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, str]]:
+        """Return the validation causes for `obj` (empty when it is valid), `old` on update."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +289,7 @@ class Validator:
         """Raise 422 Invalid when `obj` may not be created."""
         name = obj.get("metadata", {}).get("name", "")
         causes = self._name_causes(resource, name)
-        causes += _semantic_causes(resource, obj)
+        causes += _semantic_causes(resource, obj, None)
         if not causes and (resource.hooks is None or resource.hooks.builtin_schema):
             causes += self._schema_causes(obj)
         if causes:
@@ -298,7 +298,7 @@ class Validator:
     def validate_update(self, resource: Resource, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Raise 422 Invalid when `new` may not replace `old` (immutable fields, schema)."""
         name = new["metadata"]["name"]
-        causes = _semantic_causes(resource, new)
+        causes = _semantic_causes(resource, new, old)
         if resource.plural == "jobs":
             causes += _job_immutable_causes(old, new)
         elif resource.plural in ("configmaps", "secrets"):
@@ -380,10 +380,12 @@ def _shape(value: Any) -> Any:
     return type(value).__name__
 
 
-def _semantic_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]]:
+def _semantic_causes(
+    resource: Resource, obj: dict[str, Any], old: dict[str, Any] | None
+) -> list[dict[str, str]]:
     causes = _annotation_causes(obj)
     if resource.hooks is not None:
-        return causes + resource.hooks.causes(obj)
+        return causes + resource.hooks.causes(obj, old)
     if resource.plural in ("configmaps", "secrets"):
         causes += _size_causes(resource, obj)
     if resource.plural == "secrets":
