@@ -965,6 +965,9 @@ class KubernetesBackend:
         with contextlib.suppress(NotFound):
             if handle.adopted or watch.was_found(handle.object_name):
                 await self._mark_cancelled(kind, key, handle.name)
+                if kind is MINICLUSTERS:  # its driver follows it through the operator's Job
+                    with contextlib.suppress(NotFound):
+                        await self._mark_cancelled(JOBS, key, handle.name)
             await self.client.delete(kind, key[0], key[1], propagation="Background")
         handle.report(
             handle.result.evolve(

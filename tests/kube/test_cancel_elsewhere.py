@@ -19,6 +19,7 @@ from ..waiting import wait_until
 from .conftest import FAST
 from .kubehelpers import session, step
 from .test_kueue_fake import kueue  # noqa: F401 (the fixture)
+from .test_minicluster_kube import _flux_step, flux  # noqa: F401 (the fixture)
 
 
 @pytest.mark.parametrize("kind", ["job", "queued", "jobset"])
@@ -62,3 +63,23 @@ async def test_a_step_deleted_by_hand_is_still_lost(tmp_path: Path) -> None:
         fake.store.delete("jobs", "default", handle.object_name)
         result = await handle.wait(60)
         assert result.state is StepState.LOST, result
+
+
+async def test_a_minicluster_cancelled_from_another_process_ends_cancelled(
+    flux: FakeCluster,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """The driver follows a MiniCluster step through the operator's Job, so the mark must be
+    on that Job too: on the MiniCluster alone the driver saw a deletion and said LOST."""
+    async with session(flux, tmp_path / "driver") as driver:
+        handle = await driver.submit(_flux_step("victim", duration=600))
+        await wait_until(lambda: handle.state is StepState.RUNNING, "the step runs")
+        async with session(flux, tmp_path / "other") as other:
+            found = {h.name: h for h in await other.attach()}
+            await found["victim"].cancel()
+        result = await handle.wait(60)
+    assert (result.state, result.message) == (
+        StepState.CANCELLED,
+        "cancelled from another process",
+    ), result
+    assert flux.get("miniclusters", handle.object_name) is None
