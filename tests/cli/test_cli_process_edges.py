@@ -241,3 +241,45 @@ def test_a_reader_that_left_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
     states = {s["name"]: s["state"] for s in json.loads(status.stdout)["steps"]}
     assert states["slow"] == "CANCELLED", status.stdout
     assert states["quick"] in {"CANCELLED", "SUCCEEDED"}, status.stdout
+
+
+@pytest.mark.parametrize(
+    ("closed", "command", "code"),
+    [
+        (1, ["status", "{small}"], 0),
+        (1, ["status", "{small}", "-o", "yaml"], 0),
+        (1, ["rbac", "--namespace", "n"], 0),
+        (1, ["run", "{small}"], 0),
+        (2, ["status", "{small}"], 0),
+        (2, ["bogus"], 2),
+        (0, ["status", "{small}"], 0),
+    ],
+    ids=[
+        "stdout-status",
+        "stdout-yaml",
+        "stdout-rbac",
+        "stdout-run",
+        "stderr",
+        "stderr-usage",
+        "stdin",
+    ],
+)
+def test_a_standard_stream_the_caller_closed_is_no_traceback(
+    tmp_path: Path, closed: int, command: list[str], code: int
+) -> None:
+    """``k8sjobs status >&-`` (or ``2>&-``, ``<&-``): Python starts with that stream None;
+    every command ended in an AttributeError traceback and exit 1 (the parser itself asked
+    ``sys.stderr.isatty()``). What would be written there is dropped, the code is the
+    command's own."""
+    small = str(_run_small_study(tmp_path))
+    argv = [small if part == "{small}" else part for part in command]
+    shell = ["sh", "-c", f'exec "$@" {closed}>&-', "sh"]
+    done = subprocess.run(
+        [*shell, sys.executable, "-m", "k8sjobs.cli", "--state-dir", str(tmp_path), *argv],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
