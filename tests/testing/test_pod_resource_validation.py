@@ -313,3 +313,23 @@ async def test_a_jobs_restart_policy_is_judged_as_validate_job_spec_does(
         body["spec"]["podFailurePolicy"] = {"rules": [rule]}
     cause = {"reason": reason, "message": message, "field": "spec.template.spec.restartPolicy"}
     await assert_invalid(http, cluster, "Job", body, [cause])
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [None, {"template": None}, {"template": {"spec": None}}],
+    ids=["spec", "template", "pod-spec"],
+)
+async def test_a_job_whose_spec_or_template_is_null_is_refused_not_a_500(
+    cluster: FakeCluster, spec: dict[str, Any] | None
+) -> None:
+    """A null decodes to Go's zero struct: a Job without a pod spec is 422 Invalid (its
+    restartPolicy and containers are missing); the restartPolicy check's .get on None was
+    a 500 and a traceback in the server."""
+    body = {"metadata": {"name": "j"}, "spec": spec}
+    async with aiohttp.ClientSession() as http:
+        status, answer = await call(http, "POST", f"{cluster.url}{JOBS}", body, **JSON)
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    fields = [c["field"] for c in answer["details"]["causes"]]
+    assert "spec.template.spec.restartPolicy" in fields
+    assert cluster.objects("jobs") == []

@@ -486,7 +486,8 @@ def _base64_bytes(value: Any) -> int:
 
 
 def _job_causes(job: dict[str, Any]) -> list[dict[str, str]]:
-    pod_spec = job.get("spec", {}).get("template", {}).get("spec", {})
+    # a null spec, template or pod spec decodes to Go's zero struct: judged as empty
+    pod_spec = _mapping(_mapping(_mapping(job.get("spec")).get("template")).get("spec"))
     policy = pod_spec.get("restartPolicy")
     field = "spec.template.spec.restartPolicy"
     # validateJobSpec: an unset policy is defaulted to Always first, so the two read alike
@@ -497,7 +498,7 @@ def _job_causes(job: dict[str, Any]) -> list[dict[str, str]]:
     if policy not in ("OnFailure", "Never"):
         message = f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
         return [cause("FieldValueNotSupported", message, field)]
-    if job.get("spec", {}).get("podFailurePolicy") is not None and policy != "Never":
+    if _mapping(job.get("spec")).get("podFailurePolicy") is not None and policy != "Never":
         message = (
             f'Invalid value: "{policy}": only "Never" is supported when podFailurePolicy is '
             "specified"
