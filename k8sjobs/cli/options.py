@@ -80,12 +80,17 @@ class Parser(argparse.ArgumentParser):
         if unknown and message.startswith("the following arguments are required"):
             # A mistyped option is the likelier cause, and the line a user needs.
             message = f"unrecognized arguments: {' '.join(unknown)}{self._suggest(unknown)}"
-        choice = re.match(r"argument \S+: invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        choice = re.match(r"argument (\S+): invalid choice: '(.*?)' \(choose from (.*)\)$", message)
         if choice:
-            given, offered = choice.group(1), re.findall(r"'([^']*)'", choice.group(2))
+            where, given = choice.group(1), choice.group(2)
+            offered = re.findall(r"'([^']*)'", choice.group(3))
             close = difflib.get_close_matches(given, offered, n=1, cutoff=0.5)
             hint = f'; did you mean "{close[0]}"?' if close else ""
-            message = f'"{given}" is not a command{hint} (commands: {", ".join(offered)})'
+            if where.startswith("-"):  # an option's value (-o/--output), not a subcommand
+                option = where.split("/")[-1]
+                message = f'{option}: "{given}" is not one of {", ".join(offered)}{hint}'
+            else:
+                message = f'"{given}" is not a command{hint} (commands: {", ".join(offered)})'
         # what was typed is quoted back: its control characters escaped, as print_error does
         self.exit(2, printable(f"error: {self.prog}: {message} (see: {self.prog} --help)") + "\n")
 

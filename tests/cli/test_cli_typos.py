@@ -89,3 +89,27 @@ def test_an_unknown_option_far_from_any_gets_no_guess_but_the_commands_help() ->
     assert line == (
         "error: k8sjobs run: unrecognized arguments: --bogus (see: k8sjobs run --help)"
     ), line
+
+
+_CHOICES = [
+    (path, action)
+    for path, parser in _ALL
+    for action in parser._actions
+    if action.choices and action.option_strings and not isinstance(action.choices, dict)
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "action"), _CHOICES, ids=[f"{' '.join(p)} {a.option_strings[-1]}" for p, a in _CHOICES]
+)
+def test_a_value_outside_an_options_choices_names_the_option_not_a_command(
+    path: tuple[str, ...], action: argparse.Action
+) -> None:
+    """``status -o bogus`` said '"bogus" is not a command (commands: table, wide, ...)'."""
+    option = action.option_strings[-1]
+    assert action.choices is not None
+    first = sorted(str(c) for c in action.choices)[0]
+    line = _error([*path, option, first + "x"])
+    assert f'{option}: "{first}x" is not one of ' in line, line
+    assert "not a command" not in line, line
+    assert f'did you mean "{first}"?' in line, line
