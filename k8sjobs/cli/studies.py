@@ -617,10 +617,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(printable(run["damaged"]), file=sys.stderr)
     record, journal = record_paths(runs, name)
     source = journal if "driver" in recorded[0] else record
+    html = report_html(recorded, source=str(source))
+    if str(args.output) == "-":  # as every tool that writes a file takes it: stdout
+        sys.stdout.write(html)
+        return 0
     # Beside the record by default: the state directory, never the directory it ran from.
     output = args.output or record.with_suffix(".html")
     try:
-        output.write_text(report_html(recorded, source=str(source)))
+        output.write_text(html)
     except BrokenPipeError:
         raise  # -o /dev/stdout whose reader left: the command ends quietly, as for -o -
     except OSError as exc:

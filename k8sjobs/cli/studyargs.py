@@ -207,7 +207,8 @@ def add_study_commands(commands: Any, common: Common) -> None:
         "--output",
         type=Path,
         metavar="FILE",
-        help="the HTML file (default: beside the run record, STATE_DIR/runs/<study>-<hash>.html)",
+        help="the HTML file, - for stdout (default: beside the run record, "
+        "STATE_DIR/runs/<study>-<hash>.html)",
     )
     report.set_defaults(func=_later("_cmd_report"))
 

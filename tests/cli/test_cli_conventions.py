@@ -120,6 +120,9 @@ def test_every_command_takes_the_study_file_or_its_name(
     k8s("report", "mixed", "-o", "c.html", check=0)
     for made in ("a.html", "b.html", "c.html"):
         assert "Study mixed" in (tmp_path / made).read_text()
+    # -o - is stdout, as for any tool that writes a file (it wrote a file named "-")
+    assert "Study mixed" in k8s("report", "mixed", "-o", "-", check=0)
+    assert not (tmp_path / "-").exists()
     # run names its study the same way: --study (or its old name, --name) over the file's.
     k8s("run", "study.yaml", "--study", "renamed", check=1)
     assert "bad" in k8s("status", "--study", "renamed", check=1)
