@@ -127,8 +127,20 @@ async def _pull(args: argparse.Namespace) -> None:
         print(_shown(str(path)))
 
 
+def _require_layout(store: ArtifactStore) -> None:
+    """Refuse an OCI layout store that is not there: a mistyped --store would list nothing
+    and exit 0, as if it held no tags (a registry answers for itself: NAME_UNKNOWN)."""
+    root = getattr(store, "root", None)
+    if isinstance(root, Path) and not (root / "oci-layout").is_file():
+        raise ArtifactNotFound(
+            f"no OCI layout at {root} (no oci-layout file there): name the store a run wrote "
+            "its outputs to, --store oci:DIR or --store HOST/PREFIX"
+        )
+
+
 async def _tags(args: argparse.Namespace) -> None:
     async with _store(args) as store:
+        _require_layout(store)
         for tag in await store.tags(args.repository):
             print(_shown(tag))
 
@@ -196,12 +208,7 @@ async def _cache_keys(store: ArtifactStore) -> list[str]:
     error (exit 1), not an empty cache."""
     from ..artifacts.stepcache import CACHE_REPOSITORY, keys_of_tags
 
-    root = getattr(store, "root", None)
-    if isinstance(root, Path) and not (root / "oci-layout").is_file():
-        raise ArtifactNotFound(
-            f"no OCI layout at {root} (no oci-layout file there): name the store a run wrote "
-            "its outputs to, --store oci:DIR or --store HOST/PREFIX"
-        )
+    _require_layout(store)
     try:
         tags = await store.tags(CACHE_REPOSITORY)
     except ArtifactNotFound:

@@ -214,12 +214,15 @@ async def test_an_unreadable_record_makes_the_step_run_anew_never_fail(
     assert ran.read_text().split() == ["x", "x"]
 
 
-@pytest.mark.parametrize("verb", ["ls", "clear"])
+@pytest.mark.parametrize(
+    "command", [["cache", "ls"], ["cache", "clear"], ["artifact", "tags", "study/data"]]
+)
 def test_a_store_that_does_not_exist_is_an_error_not_an_empty_cache(
-    tmp_path: Path, verb: str
+    tmp_path: Path, command: list[str]
 ) -> None:
+    """A mistyped --store listed nothing and exited 0 (artifact tags did until now)."""
     missing = tmp_path / "no" / "such" / "dir"
-    code, out, err = cli("cache", verb, "--store", f"oci:{missing}")
+    code, out, err = cli(*command, "--store", f"oci:{missing}")
     assert code == 1 and out == "", out
     assert f"no OCI layout at {missing}" in err and "--store" in err
     assert not missing.exists()  # nothing made where nothing was
