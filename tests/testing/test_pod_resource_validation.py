@@ -333,3 +333,23 @@ async def test_a_job_whose_spec_or_template_is_null_is_refused_not_a_500(
     fields = [c["field"] for c in answer["details"]["causes"]]
     assert "spec.template.spec.restartPolicy" in fields
     assert cluster.objects("jobs") == []
+
+
+@pytest.mark.parametrize("containers", [[], [None]], ids=["none", "null"])
+async def test_a_pod_without_a_container_is_invalid_and_a_null_one_is_no_500(
+    cluster: FakeCluster, http: aiohttp.ClientSession, containers: list[Any]
+) -> None:
+    """``containers: []`` was stored (and crashed the kubelet), ``[null]`` was a 500: Go
+    decodes a null element as an empty Container, which validation then refuses."""
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    body["spec"] = {"containers": containers}
+    status, answer = await call(http, "POST", f"{cluster.url}/api/v1/namespaces/default/pods", body)
+    assert status == 422, answer
+    if not containers:
+        assert answer["details"]["causes"] == [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value",
+                "field": "spec.containers",
+            }
+        ]

@@ -437,12 +437,21 @@ def _decodes(node: tuple[str, Any, Any], value: Any) -> bool:
         if type(value) is not list:
             return False
         element = _node(inner)
+        if None in value and _is_struct(element):
+            # encoding/json leaves a struct at its zero for null: a Container{} that
+            # validation then names (containers[0].name: Required value), never a None
+            value[:] = [{} if item is None else item for item in value]
         return all(_decodes(element, item) for item in value)
     if kind.startswith("special:"):
         return _special(kind[8:], value, "", "") is None
     if kind == "any":
         return True
     return _fits(kind, value, fmt)
+
+
+def _is_struct(node: tuple[str, Any, Any]) -> bool:
+    kind, inner, _ = node
+    return kind == "struct" or (kind == "ref" and _node(inner)[0] == "struct")
 
 
 def _walk(

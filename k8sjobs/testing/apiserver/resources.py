@@ -392,6 +392,8 @@ def _semantic_causes(
         causes += _secret_type_causes(obj)
     if resource.plural == "pods":
         spec = _mapping(obj.get("spec"))
+        if not spec.get("containers"):  # validateContainers: a Pod runs at least one
+            causes.append(cause("FieldValueRequired", "Required value", "spec.containers"))
         causes += pod_spec_resource_causes(spec, "spec", requests_from_limits=True)
     if resource.plural == "jobs":
         causes += _job_number_causes(obj) + _job_template_causes(obj) + _job_causes(obj)
