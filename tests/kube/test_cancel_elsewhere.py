@@ -22,6 +22,21 @@ from .test_kueue_fake import kueue  # noqa: F401 (the fixture)
 from .test_minicluster_kube import _flux_step, flux  # noqa: F401 (the fixture)
 
 
+async def _cancel_from_another_process(
+    cluster: FakeCluster, tmp_path: Path, handle: StepHandle
+) -> None:
+    """Cancel ``handle``'s step from a second session that attached the study; assert the
+    driver holding ``handle`` ends it CANCELLED in those words."""
+    async with session(cluster, tmp_path / "other") as other:
+        found = {h.name: h for h in await other.attach()}
+        await found[handle.name].cancel()
+    result = await handle.wait(60)
+    assert (result.state, result.message) == (
+        StepState.CANCELLED,
+        "cancelled from another process",
+    ), result
+
+
 @pytest.mark.parametrize("kind", ["job", "queued", "jobset"])
 async def test_a_step_cancelled_from_another_process_ends_cancelled_in_the_driver(
     kueue: FakeCluster,  # noqa: F811 (the fixture imported above)
@@ -42,14 +57,7 @@ async def test_a_step_cancelled_from_another_process_ends_cancelled_in_the_drive
         handle = await driver.submit(step("victim", duration=600, **fields))
         want = StepState.PENDING if kind == "queued" else StepState.RUNNING
         await wait_until(lambda: handle.state is want, f"the step is {want.value}")
-        async with session(kueue, tmp_path / "other") as other:
-            found = {h.name: h for h in await other.attach()}
-            await found["victim"].cancel()
-        result = await handle.wait(60)
-    assert (result.state, result.message) == (
-        StepState.CANCELLED,
-        "cancelled from another process",
-    ), result
+        await _cancel_from_another_process(kueue, tmp_path, handle)
     assert kueue.get("jobsets" if kind == "jobset" else "jobs", handle.object_name) is None
 
 
@@ -74,12 +82,5 @@ async def test_a_minicluster_cancelled_from_another_process_ends_cancelled(
     async with session(flux, tmp_path / "driver") as driver:
         handle = await driver.submit(_flux_step("victim", duration=600))
         await wait_until(lambda: handle.state is StepState.RUNNING, "the step runs")
-        async with session(flux, tmp_path / "other") as other:
-            found = {h.name: h for h in await other.attach()}
-            await found["victim"].cancel()
-        result = await handle.wait(60)
-    assert (result.state, result.message) == (
-        StepState.CANCELLED,
-        "cancelled from another process",
-    ), result
+        await _cancel_from_another_process(flux, tmp_path, handle)
     assert flux.get("miniclusters", handle.object_name) is None
