@@ -74,3 +74,28 @@ async def call(
     async with http.request(method, url, data=data, headers=headers) as response:
         text = await response.text()
         return response.status, json.loads(text) if text else None
+
+
+async def assert_invalid(
+    http: aiohttp.ClientSession,
+    cluster: FakeCluster,
+    path: str,
+    kind: str,
+    body: dict[str, Any],
+    causes: list[dict[str, str]],
+    group: str = "",
+) -> None:
+    """Assert that POSTing `body` to `path` (ending in the plural) is the 422 Invalid the real
+    server answers, listing `causes` in its details and its message, and stores nothing."""
+    status, answer = await call(
+        http, "POST", f"{cluster.url}{path}", body, **{"Content-Type": "application/json"}
+    )
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    name = body["metadata"]["name"]
+    details = {"name": name, "kind": kind, "causes": causes, **({"group": group} if group else {})}
+    assert answer["details"] == details
+    summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
+    summary = summary if len(causes) == 1 else f"[{summary}]"
+    qualified = f"{kind}.{group}" if group else kind
+    assert answer["message"] == f'{qualified} "{name}" is invalid: {summary}'
+    assert cluster.objects(path.rsplit("/", 1)[-1]) == []

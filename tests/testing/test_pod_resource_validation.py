@@ -14,6 +14,7 @@ import pytest
 
 from k8sjobs.testing import FakeCluster
 
+from .conftest import assert_invalid as invalid_on_create
 from .conftest import call
 
 JSON = {"Content-Type": "application/json"}
@@ -62,20 +63,9 @@ async def assert_invalid(
     body: dict[str, Any],
     causes: list[dict[str, str]],
 ) -> None:
-    """Assert that creating `body` is the 422 Invalid listing `causes`, storing nothing."""
-    path, plural, qualified = {
-        "Pod": (PODS, "pods", "Pod"),
-        "Job": (JOBS, "jobs", "Job.batch"),
-    }[kind]
-    status, answer = await call(http, "POST", f"{cluster.url}{path}", body, **JSON)
-    assert (status, answer["reason"]) == (422, "Invalid"), answer
-    name = body["metadata"]["name"]
-    group = {"group": "batch"} if kind == "Job" else {}
-    assert answer["details"] == {"name": name, **group, "kind": kind, "causes": causes}
-    summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
-    summary = summary if len(causes) == 1 else f"[{summary}]"
-    assert answer["message"] == f'{qualified} "{name}" is invalid: {summary}'
-    assert cluster.objects(plural) == []
+    """Assert that creating the Pod or Job `body` is the 422 Invalid listing `causes`."""
+    path, group = {"Pod": (PODS, ""), "Job": (JOBS, "batch")}[kind]
+    await invalid_on_create(http, cluster, path, kind, body, causes, group)
 
 
 POD_CASES = {

@@ -20,6 +20,7 @@ from k8sjobs.testing import FakeCluster
 from k8sjobs.testing.apiserver import decoding
 from k8sjobs.testing.apiserver.errors import ApiError
 
+from .conftest import assert_invalid as invalid_on_create
 from .conftest import call, wait_until
 
 JSON = {"Content-Type": "application/json"}
@@ -183,18 +184,10 @@ async def assert_invalid(
     body: dict[str, Any],
     causes: list[dict[str, str]],
 ) -> None:
-    """Assert that creating `body` is the 422 Invalid listing `causes`, and stores nothing."""
-    status, answer = await post(http, cluster, plural, body)
-    assert (status, answer["reason"]) == (422, "Invalid"), answer
-    kind, name = (
-        {"limitranges": "LimitRange", "resourcequotas": "ResourceQuota"}[plural],
-        body["metadata"]["name"],
-    )
-    assert answer["details"] == {"name": name, "kind": kind, "causes": causes}
-    summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
-    summary = summary if len(causes) == 1 else f"[{summary}]"
-    assert answer["message"] == f'{kind} "{name}" is invalid: {summary}'
-    assert cluster.objects(plural) == []
+    """Assert that creating the LimitRange or ResourceQuota `body` is the 422 Invalid
+    listing `causes`."""
+    kind = {"limitranges": "LimitRange", "resourcequotas": "ResourceQuota"}[plural]
+    await invalid_on_create(http, cluster, f"{CORE}/{plural}", kind, body, causes)
 
 
 MIN_ABOVE_MAX = [
