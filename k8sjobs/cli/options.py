@@ -33,6 +33,7 @@ __all__ = [
     "quote",
     "split_study_args",
     "study_name",
+    "whole_number",
 ]
 
 
@@ -296,12 +297,17 @@ def study_name(args: argparse.Namespace, command: str) -> str:
     )
 
 
-def positive_int(value: str) -> int:
-    """Return ``value`` as an int of at least 1 (an argparse ``type``)."""
+def whole_number(value: str) -> int:
+    """Return ``value`` as an int; argparse's error naming it when it is none."""
     try:
-        number = int(value)
+        return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+
+
+def positive_int(value: str) -> int:
+    """Return ``value`` as an int of at least 1 (an argparse ``type``)."""
+    number = whole_number(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
     return number

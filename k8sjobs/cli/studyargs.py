@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .options import BACKEND, add_study, add_target, positive_int
+from .options import BACKEND, add_study, add_target, positive_int, whole_number
 
 __all__ = ["add_study_commands"]
 
@@ -241,10 +241,7 @@ def _port(value: str) -> int:
 
 
 def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    number = whole_number(value)
     if number < 0:
         raise argparse.ArgumentTypeError(f"{value} is below 0")
     return number
