@@ -412,7 +412,10 @@ def _node(schema: dict[str, Any]) -> tuple[str, Any, Any]:
 
 
 def _decodes(node: tuple[str, Any, Any], value: Any) -> bool:
-    """Return whether `value` decodes into the node's Go type (no error text: fast)."""
+    """Return whether `value` decodes into the node's Go type (no error text: fast).
+
+    Decoding as encoding/json does, it also leaves a null element of an array of structs
+    as the empty struct, in place."""
     if value is None:
         return True
     kind, inner, fmt = node
