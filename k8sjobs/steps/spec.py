@@ -622,6 +622,9 @@ class Step(_Model):
         description="Reuse a recorded success with the same key (None: when the step has "
         "outputs and no writable volume; docs/reruns.md).",
     )
+    allocation: str | None = Field(
+        None, description="The allocation (held pods) the step runs in (docs/allocations.md)."
+    )
     key_env: list[str] = Field(
         [],
         description="Names of the driver's environment variables whose values enter the "
@@ -701,6 +704,11 @@ class Step(_Model):
         if any(ch.isspace() for ch in value):
             raise ValueError(f'"{value}" is not an image reference: it contains white space')
         return value
+
+    @field_validator("allocation")
+    @classmethod
+    def _allocation_is_label(cls, value: str | None) -> str | None:
+        return check_dns_label(value, "allocation name")
 
     @field_validator("key_env")
     @classmethod
