@@ -32,9 +32,11 @@ from .render.multinode import SshKey
 from .render.sshkey import key_for
 from .reuse import Reuse
 from .state import StepResult, StepState
+from .steps.allocation import Allocation
 from .steps.spec import Step, StepOutput, StepTarget, check_dns_label
 
 if TYPE_CHECKING:
+    from .allocations.pool import AllocationBackend
     from .kube.watch import WatchStats
     from .observe import Observer
 
@@ -85,6 +87,7 @@ class Session:
         meter_provider: Any = None,
         metrics_port: int | None = None,
         trace_file: str | os.PathLike[str] | None = None,
+        allocations: Sequence[Allocation] = (),
     ) -> None:
         self.study = study
         self.store = store
@@ -127,6 +130,7 @@ class Session:
             "trace_file": trace_file,
         }
         self.observer: Observer | None = None
+        self._allocations: dict[str, Allocation] = {a.name: a for a in allocations}
 
     @property
     def namespace(self) -> str:
@@ -202,7 +206,8 @@ class Session:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
             await self._reuse.aclose()  # the results being recorded are written first
-            for kind in self._running:
+            # An allocation first: its channels ride on its host's connections.
+            for kind in sorted(self._running, key=lambda k: not k.startswith("allocation/")):
                 await self._backends[kind].aclose()
         finally:
             self._pace.release()
@@ -230,6 +235,8 @@ class Session:
         the backend (API refusals) are raised here.
         """
         chosen = await self._backend(backend or self._default_kind)
+        if step.allocation is not None:
+            chosen = await self.allocate(step.allocation, backend=backend)
         handle, upstream = self._register(step, chosen, after)
         how = _How(replace=replace, rerun=rerun)
         if upstream:
@@ -256,7 +263,11 @@ class Session:
         FAILED with reason "SubmitFailed" and the error in its message.
         """
         chosen = await self._backend(self._default_kind)
-        registered = [self._register(step, chosen, ()) for step in _producers_first(steps)]
+        held = {n: await self.allocate(n) for n in sorted({s.allocation for s in steps} - {None})}
+        registered = [
+            self._register(step, held.get(step.allocation or "", chosen), ())
+            for step in _producers_first(steps)
+        ]
         how = _How(replace=replace, rerun=rerun)
         ready: list[StepHandle] = []
         for handle, upstream in registered:
@@ -274,6 +285,40 @@ class Session:
 
         await asyncio.gather(*(sender() for _ in range(max(1, min(limit, len(ready))))))
         return [self._handles[step.name] for step in steps]
+
+    async def allocate(
+        self, allocation: Allocation | str, *, backend: BackendName | None = None
+    ) -> AllocationBackend:
+        """Hold the pods of ``allocation`` (or of the session's allocation of that name) now.
+
+        Returns the allocation, held once per session: steps naming it run in its pods, and
+        ``release()`` ends it. A notebook holds one and streams many steps into it; a study
+        need not call this (its first step that names an allocation holds it).
+        """
+        from .allocations.pool import AllocationBackend
+        from .render.allocation import render_allocation
+
+        self._check_open()
+        if isinstance(allocation, str):
+            allocation = self._allocation_named(allocation)
+        elif self._allocations.setdefault(allocation.name, allocation) != allocation:
+            raise StudyError(
+                f'Allocation "{allocation.name}" is already defined in this session with '
+                "other settings; give the new one another name"
+            )
+        kind = f"allocation/{allocation.name}"
+        found = self._backends.get(kind)
+        if isinstance(found, AllocationBackend):
+            return found
+        host = await self._backend(backend or self._default_kind)
+        manifests = render_allocation(allocation, self._target(host))
+        held = AllocationBackend(
+            allocation, host, manifests, study=self.study, log_dir=self.log_dir  # type: ignore[arg-type]
+        )
+        self._backends[kind] = held  # type: ignore[assignment]
+        self._running.add(kind)
+        await held.start()
+        return held
 
     async def as_completed(self, handles: Iterable[StepHandle]) -> AsyncIterator[StepHandle]:
         """Yield each handle as its step ends, first finished first."""
@@ -526,6 +571,16 @@ class Session:
                     state=StepState.FAILED, reason="SubmitFailed", message=str(exc)
                 )
             )
+
+    def _allocation_named(self, name: str) -> Allocation:
+        found = self._allocations.get(name)
+        if found is None:
+            known = ", ".join(sorted(self._allocations)) or "none"
+            raise StudyError(
+                f'No allocation "{name}" in this session (its allocations: {known}); '
+                "give it in Session(allocations=[Allocation(...)]) or the study's allocations:"
+            )
+        return found
 
     def _check_open(self) -> None:
         if self._closed:

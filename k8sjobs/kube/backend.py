@@ -650,6 +650,8 @@ class KubernetesBackend:
         _check_api_bounds(self._options.connect_timeout, self._options.outage_timeout)
         self._client: KubeClient | None = None
         self._watches: dict[tuple[str, str], StudyWatch] = {}
+        # The allocations' pod listeners, by (namespace, Job name) (allocations/pool.py).
+        self._pod_listeners: dict[tuple[str, str], list[Callable[[], None]]] = {}
         self._event_watches: dict[str, EventWatch] = {}
         # Kueue: whether it is served (asked once, when a queued step is first seen), and
         # one Workload watch per namespace that holds queued steps (k8sjobs.kube.workloads).
@@ -994,7 +996,13 @@ class KubernetesBackend:
             )
 
     def _pod_seen(self, watch: StudyWatch, job: str, change: Change) -> None:
-        """Start keeping the step container's log of a pod that runs (see logkeep.py)."""
+        """Start keeping the step container's log of a pod that runs (see logkeep.py); tell
+        an allocation (``on_pods``) that one of its pods changed."""
+        listeners = self._pod_listeners.get((watch.namespace, watch.step_object(job)))
+        if listeners:  # an allocation's pods: their agent is followed, not their log
+            for callback in list(listeners):
+                callback()
+            return
         handle = watch.handles.get(watch.step_object(job))
         pod = change.obj
         if handle is None or pod is None or (pod.get("status") or {}).get("phase") != "Running":
@@ -1003,6 +1011,16 @@ class KubernetesBackend:
             return
         where = (handle.study, handle.name, self._run_of(handle))
         self.logkeeper.follow(self.client, watch.namespace, where, change.name, self._main(handle))
+
+    def pods_of(self, handle: StepHandle) -> dict[str, str]:
+        """Return the pods of ``handle``'s Job as the watch last saw them, each's phase."""
+        watch = self._watches.get((handle.namespace, label_value(handle.study)))
+        pods = {} if watch is None else watch.step_pods(handle.object_name)
+        return {n: str((p.get("status") or {}).get("phase") or "Pending") for n, p in pods.items()}
+
+    def on_pods(self, handle: StepHandle, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on every change of a pod of ``handle``'s Job (an allocation's)."""
+        self._pod_listeners.setdefault((handle.namespace, handle.object_name), []).append(callback)
 
     def _vanished(self, watch: StudyWatch, name: str, *, elsewhere: bool = False) -> None:
         """A Job disappeared: ours to cancel or replace, cancelled by another process

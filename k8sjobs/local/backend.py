@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -368,6 +368,18 @@ class LocalBackend:
             return None
         return self.runner.log_path(pod, container or MAIN_CONTAINER, namespace=handle.namespace)
 
+    def pods_of(self, handle: StepHandle) -> dict[str, str]:
+        """Return the pods of ``handle``'s Job by name, each with its phase."""
+        run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
+        pods = {} if run is None else run.pods
+        return {n: str((p.get("status") or {}).get("phase") or "Pending") for n, p in pods.items()}
+
+    def on_pods(self, handle: StepHandle, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on every change of a pod of ``handle``'s Job (an allocation's)."""
+        run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
+        if run is not None:
+            run.pod_listeners.append(callback)
+
     def native_of(self, handle: StepHandle) -> Native:
         """Return the step's main process id (and its Job's uid) as last seen (observers')."""
         run = self._runs.get(f"{handle.namespace}/{handle.object_name}")
@@ -437,6 +449,8 @@ class _JobRun:
         # Every adopted pod had ended before this driver looked: until one runs anew, its
         # waits and starts are the past, not news (issue 34: RUNNING of a step long ended).
         self.quiet = False
+        # An allocation's, told of every change of a pod (allocations/pool.py).
+        self.pod_listeners: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._main())
@@ -843,6 +857,8 @@ class _JobRun:
         return max(ends).isoformat() if ends else _now()
 
     def _judge(self, reason: str | None = None) -> None:
+        for callback in list(self.pod_listeners):
+            callback()
         now = datetime.now(UTC)
         grace = self.backend.pending_grace
         result = judge(self.job, self.pods.values(), now=now, pending_grace=grace)
