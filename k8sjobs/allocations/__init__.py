@@ -1,0 +1,1 @@
+"""Allocations: pods held once for a study, into which many short steps are streamed."""
