@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +37,11 @@ from ..steps.spec import (
     CONFIGMAP_LIMIT,
     DEFAULT_LAUNCHER,
     USER_SETTABLE_ENV,
+    Resources,
     SecretKeyRef,
     Step,
     StepOutput,
+    Toleration,
     annotations_size,
     find_launcher_calls,
 )
@@ -114,7 +116,7 @@ MEASURE_WRAPPER = (
 )
 
 
-def _restricted() -> dict[str, Any]:
+def restricted_context() -> dict[str, Any]:
     """Return a container securityContext that the Pod Security "restricted" level admits."""
     return {
         "allowPrivilegeEscalation": False,
@@ -537,8 +539,12 @@ def _user_env(step: Step, name: str, namespace: str) -> list[dict[str, Any]]:
     return env
 
 
-def _resources(step: Step) -> dict[str, Any]:
-    res = step.resources
+def container_resources(res: Resources) -> dict[str, Any]:
+    """Return a container's ``resources`` for ``res`` (per pod): requests equal to limits.
+
+    Guaranteed QoS, as HPC codes expect; shared by a step's main container and an
+    allocation's agent (``k8sjobs.render.allocation``), whose pods hold a step's resources.
+    """
     amounts: dict[str, str] = {"cpu": res.cpu_quantity}
     if res.memory is not None:
         amounts["memory"] = str(res.memory)
@@ -572,13 +578,13 @@ def _main_container(
         "command": command,
         "workingDir": step.workdir,
         "env": _env(step, target, outputs) + _user_env(step, name, namespace),
-        "resources": _resources(step),
+        "resources": container_resources(step.resources),
         "volumeMounts": mounts,
     }
     if launched:
         container["readinessProbe"] = multinode.readiness_probe()
     if step.security == "restricted":
-        container["securityContext"] = _restricted()
+        container["securityContext"] = restricted_context()
         mounts.append({"name": "tmp", "mountPath": "/tmp"})
     return container
 
@@ -613,7 +619,11 @@ def _handoff_container(
         "env": env,
         "resources": {"requests": amounts, "limits": {"memory": "256Mi"}},
         "volumeMounts": mounts,
-        "securityContext": {**_restricted(), "runAsUser": HANDOFF_UID, "runAsGroup": HANDOFF_UID},
+        "securityContext": {
+            **restricted_context(),
+            "runAsUser": HANDOFF_UID,
+            "runAsGroup": HANDOFF_UID,
+        },
         # The handoff writes its one-line error there; a crash that wrote none leaves the
         # log's tail instead: either way the step's message says why, read from the Pod.
         "terminationMessagePath": "/dev/termination-log",
@@ -682,14 +692,9 @@ def _pod_spec(
     spec["volumes"] = _volumes(step, target, name, outputs)
     if step.resources.nodes > 1:
         spec["subdomain"] = name
-    if step.service_account:
-        spec["serviceAccountName"] = step.service_account
-    if step.node_selector:
-        spec["nodeSelector"] = dict(step.node_selector)
-    if step.tolerations:
-        spec["tolerations"] = [_toleration(t.model_dump()) for t in step.tolerations]
-    if step.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in step.image_pull_secrets]
+    spec |= placement_fields(
+        step.service_account, step.node_selector, step.tolerations, step.image_pull_secrets
+    )
     spec |= pod_fields(
         job_name=name,
         priority_class=step.priority_class,
@@ -698,13 +703,40 @@ def _pod_spec(
         spread=step.spread,
     )
     if step.security == "restricted":
-        spec["securityContext"] = {
-            "runAsNonRoot": True,
-            "runAsUser": HANDOFF_UID,
-            "runAsGroup": HANDOFF_UID,
-            "fsGroup": HANDOFF_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        }
+        spec["securityContext"] = restricted_pod_context()
+    return spec
+
+
+def restricted_pod_context() -> dict[str, Any]:
+    """Return the pod securityContext of a restricted pod: non-root (the handoff's uid)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": HANDOFF_UID,
+        "runAsGroup": HANDOFF_UID,
+        "fsGroup": HANDOFF_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def placement_fields(
+    service_account: str | None,
+    node_selector: Mapping[str, str],
+    tolerations: Sequence[Toleration],
+    image_pull_secrets: Sequence[str],
+) -> dict[str, Any]:
+    """Return the pod spec fields a step (or an allocation) sets of these, those set only.
+
+    Shared with ``k8sjobs.render.allocation``, whose pods take the same fields.
+    """
+    spec: dict[str, Any] = {}
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [_toleration(t.model_dump()) for t in tolerations]
+    if image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in image_pull_secrets]
     return spec
 
 
@@ -783,7 +815,7 @@ def _minicluster(step: Step, target: Target, meta: Mapping[str, Any]) -> dict[st
         _meta(meta),
         env,
         entrypoint_dir=ENTRYPOINT_DIR,
-        resources=_resources(step),
+        resources=container_resources(step.resources),
         handoff=handoff,
     )
 

@@ -14,12 +14,13 @@ allocation: it does not fit a pod, or it asks for what only a pod of its own giv
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from .spec import (
     DEFAULT_IMAGE,
+    INT32_MAX,
     Count,
     Duration,
     Resources,
@@ -90,6 +91,22 @@ class Allocation(_Model):
     def _priority_is_label(cls, value: str | None) -> str | None:
         return _kueue_label_value(value, "Kueue WorkloadPriorityClass name")
 
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_is_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        # The same rules as a step's node_selector: the API server's, named before a Job fails.
+        return Step._values_are_labels(Step._keys_are_labels(value))
+
+    @field_validator("service_account")
+    @classmethod
+    def _account_is_name(cls, value: str | None) -> str | None:
+        return Step._names_are_subdomains(value)
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _pull_secrets_are_names(cls, value: list[str]) -> list[str]:
+        return Step._pull_secrets_are_names(value)
+
     @field_validator("image")
     @classmethod
     def _image_is_reference(cls, value: str) -> str:
@@ -97,24 +114,40 @@ class Allocation(_Model):
             raise ValueError(f'"{value[:80]}" is not an image reference, e.g. "python:3.12-slim"')
         return value
 
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _one_pod_resources(cls, value: Any) -> Any:
+        # Before Resources reads them: its own check ("tasks (1) is smaller than nodes (2)")
+        # would otherwise speak first, of a field the allocation does not want at all.
+        nodes = value.get("nodes", 1) if isinstance(value, dict) else getattr(value, "nodes", 1)
+        if nodes != 1:
+            raise ValueError(
+                f"resources.nodes is {nodes}: an allocation's resources are each pod's; "
+                f"write nodes: {nodes} on the allocation itself"
+            )
+        return value
+
     @model_validator(mode="after")
     def _whole_pods(self) -> Allocation:
-        if self.resources.nodes != 1:
-            raise _field_error(
-                "Allocation",
-                ("resources", "nodes"),
-                f"resources.nodes is {self.resources.nodes}: an allocation's resources are "
-                f"each pod's; write nodes: {self.resources.nodes} on the allocation itself",
-                self.resources.nodes,
-            )
         for key, value in (
             ("idle_timeout", self.idle_timeout),
             ("max_lifetime", self.max_lifetime),
         ):
-            if value is None or value <= timedelta(0):
+            # At least a second: the agent's own clock; at most an int32 of seconds, as
+            # every duration that lands in a Job field (activeDeadlineSeconds from it).
+            if value is None or not 1 <= value.total_seconds() <= INT32_MAX:
                 raise _field_error(
-                    "Allocation", (key,), f"{key} must be a positive duration, e.g. 5m", value
+                    "Allocation",
+                    (key,),
+                    f"{key} must be a duration from 1 second to {INT32_MAX} seconds, e.g. 5m",
+                    value,
                 )
+        if self.priority is not None and not self.queue:
+            message = (
+                "priority names a Kueue WorkloadPriorityClass, which only a queued allocation "
+                "has; set queue to a LocalQueue"
+            )
+            raise _field_error("Allocation", ("priority",), message, self.priority)
         return self
 
     @property
@@ -131,6 +164,25 @@ class Allocation(_Model):
     def pod_gpus(self) -> int:
         """Return the GPUs each pod holds."""
         return self.resources.gpus
+
+
+#: What a step can only have with a pod of its own: set on a step in an allocation (and unlike
+#: the allocation's own setting), it would be silently dropped, so it is refused instead.
+_OWN_POD_FIELDS = (
+    "target",
+    "volumes",
+    "shm",
+    "node_selector",
+    "tolerations",
+    "queue",
+    "priority",
+    "priority_class",
+    "runtime_class",
+    "affinity",
+    "spread",
+    "service_account",
+    "image_pull_secrets",
+)
 
 
 def refusal(step: Step, allocation: Allocation) -> str | None:
@@ -168,10 +220,22 @@ def refusal(step: Step, allocation: Allocation) -> str | None:
             f"it needs {res.memory} of memory and each pod of {where} holds "
             f"{allocation.resources.memory}; lower the step's memory or raise the allocation's"
         )
+    if step.namespace is not None and step.namespace != (allocation.namespace or step.namespace):
+        return (
+            f'it runs in namespace "{step.namespace}" and the pods of {where} in '
+            f'"{allocation.namespace}"; drop the step\'s namespace or use the same one'
+        )
+    if step.security == "restricted" and allocation.security != "restricted":
+        return (
+            f'it asks for security "restricted" and the pods of {where} are not restricted; '
+            'set security: "restricted" on the allocation'
+        )
     own = [
         name
-        for name in ("target", "volumes", "node_selector", "tolerations", "queue", "priority")
-        if name in step.model_fields_set and getattr(step, name) not in (None, [], {}, "job")
+        for name in _OWN_POD_FIELDS
+        if name in step.model_fields_set
+        and getattr(step, name) not in (None, [], {}, "job")
+        and getattr(step, name) != getattr(allocation, name, None)
     ]
     if own:
         fields = ", ".join(own)

@@ -4,7 +4,6 @@ Job), and every name the controller derives from it a DNS label for any step nam
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from k8sjobs.testing.apiserver.resources import Resource
 from k8sjobs.testing.controllers.jobset import JobSetWebhook
 
 from ..ssh_keys import TEST_KEY
-from .test_render import GOLDEN, _validator
+from .test_render import _validator, assert_golden_text
 
 JOBSET_RESOURCE = Resource("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", namespaced=True)
 MPI_SCRIPT = "#!/bin/sh\nset -e\n$(LAUNCHER) ./ring\n"
@@ -107,15 +106,7 @@ def _golden_cases() -> dict[str, Manifests]:
 def test_golden_jobset(case: str) -> None:
     manifests = _golden_cases()[case]
     assert_accepted(manifests)
-    text = manifests.to_yaml()
-    path = GOLDEN / f"{case}.yaml"
-    if os.environ.get("K8SJOBS_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} is missing; run with K8SJOBS_UPDATE_GOLDEN=1 to write it"
-    assert text == path.read_text(), (
-        f"{path.name} differs from the rendering; if intended, rerun with "
-        "K8SJOBS_UPDATE_GOLDEN=1 and review the diff"
-    )
+    assert_golden_text(manifests.to_yaml(), case)
 
 
 def test_the_schema_check_can_fail() -> None:

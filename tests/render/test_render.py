@@ -690,7 +690,11 @@ def _failure_golden_cases(registry: Target) -> dict[str, Manifests]:
 def test_golden_output(case: str) -> None:
     manifests = _golden_cases()[case]
     assert_valid(manifests)
-    text = manifests.to_yaml()
+    assert_golden_text(manifests.to_yaml(), case)
+
+
+def assert_golden_text(text: str, case: str) -> None:
+    """Assert ``text`` reads as golden/<case>.yaml (K8SJOBS_UPDATE_GOLDEN=1 rewrites it)."""
     path = GOLDEN / f"{case}.yaml"
     if os.environ.get("K8SJOBS_UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(exist_ok=True)
