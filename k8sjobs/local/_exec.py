@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from ._process import Launch, kill_session, program
+from ._process import Launch, StartError, kill_session, program
 from ._volumes import PathMap
 
 __all__ = ["ExecProcesses", "start_exec"]
@@ -41,18 +41,25 @@ async def start_exec(
     """
     argv = [paths.translate(word) for word in command]
     exec_launch = dataclasses.replace(launch, argv=argv, has_command=True)
-    executable = program(exec_launch)
+    try:
+        executable = program(exec_launch)
+    except StartError as error:  # in the container's words: its path, not the sandbox's
+        raise StartError(str(error).replace(f'"{argv[0]}"', f'"{command[0]}"')) from None
     pipe, null = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
-    return await asyncio.create_subprocess_exec(
-        executable,
-        *argv[1:],
-        stdin=pipe if stdin else null,
-        stdout=pipe if stdout else null,
-        stderr=pipe if stderr else null,
-        env=launch.env,
-        cwd=launch.cwd,
-        start_new_session=True,  # its own session: killed alone, and wholly
-    )
+    try:
+        return await asyncio.create_subprocess_exec(
+            executable,
+            *argv[1:],
+            stdin=pipe if stdin else null,
+            stdout=pipe if stdout else null,
+            stderr=pipe if stderr else null,
+            env=launch.env,
+            cwd=launch.cwd,
+            start_new_session=True,  # its own session: killed alone, and wholly
+        )
+    except OSError as error:  # not executable, a working directory gone: runc's words
+        why = (error.strerror or str(error)).lower()
+        raise StartError(f'exec: "{command[0]}": {why}') from None
 
 
 class ExecProcesses:

@@ -233,6 +233,7 @@ class Kubelet:
     async def exec_start(self, call: ExecCall) -> asyncio.subprocess.Process:
         """Start the command in the container's environment (``PodRunner.exec``)."""
         from ..local._process import StartError
+        from ..local._sources import ConfigError
 
         try:
             process: asyncio.subprocess.Process = await self._runner.exec(
@@ -244,7 +245,7 @@ class Kubelet:
                 stdout=call.stdout,
                 stderr=call.stderr,
             )
-        except (StartError, LookupError) as error:
+        except (StartError, LookupError, ConfigError) as error:
             raise ExecStartError(str(error).strip("'\"")) from None
         return process
 

@@ -221,6 +221,8 @@ async def test_a_drop_before_the_status_is_a_broken_stream() -> None:
             with pytest.raises(ExecStreamBroken, match="before the command's status"):
                 await stream.read()
             assert stream.status is None
+            with pytest.raises(ExecStreamBroken):  # and again: never taken for an end
+                await stream.read()
             with pytest.raises(ExecStreamBroken):
                 await stream.write(b"more")
             await stream.aclose()
@@ -245,3 +247,38 @@ async def test_connect_timeout_bounds_a_server_that_never_answers() -> None:
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+async def test_a_peer_that_stops_answering_pings_breaks_the_stream() -> None:
+    deaf = ReferenceExecServer(answer_pings=False)
+    await deaf.start()
+    try:
+        async with KubeClient(ClusterConfig(host=deaf.url)) as kube:
+            command = ["sh", "-c", "read l; echo got:$l"]
+            stream = await open_exec(kube, NS, POD, command, heartbeat=0.2)
+            started = time.monotonic()
+            with pytest.raises(ExecStreamBroken, match="heartbeat"):
+                async with asyncio.timeout(10):
+                    await stream.read()
+            assert time.monotonic() - started < 5
+            await stream.aclose()
+    finally:
+        await deaf.stop()
+
+
+async def test_a_401_reloads_the_credentials_once(server: ReferenceExecServer) -> None:
+    async def fresh() -> ClusterConfig:
+        return ClusterConfig(host=server.url, authorization=f"Bearer {TOKEN}")
+
+    stale = ClusterConfig(host=server.url, authorization="Bearer expired-0123456789", reload=fresh)
+    async with KubeClient(stale) as kube:
+        stream = await open_exec(kube, NS, POD, ["sh", "-c", "kill -9 $$"], stdin=False)
+        assert (await stream.wait()).exit_code == 137
+        await stream.aclose()
+    async with KubeClient(
+        ClusterConfig(host=server.url, authorization="Bearer wrong-01234567")
+    ) as kube:
+        with pytest.raises(ApiError) as caught:
+            await open_exec(kube, NS, POD, ["true"], stdin=False)
+        assert caught.value.status == 401
+        assert "wrong-01234567" not in str(caught.value)

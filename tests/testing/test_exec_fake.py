@@ -163,6 +163,11 @@ async def test_stdin_exit_codes_signals_missing_binary_v5_and_v4(
     assert status.message.startswith("Internal error occurred: Internal error occurred: ")
     assert status.message.endswith('exec: "no-such-binary": executable file not found in $PATH')
     assert status.body["code"] == 500
+    # A file that is not executable: named as the container sees it, in runc's words.
+    denied = await open_exec(kube, NS, "held", ["/work/f"], stdin=False)
+    status = await denied.wait()
+    assert status.reason == "InternalError"
+    assert status.message.endswith('exec: "/work/f": permission denied')
 
 
 async def test_refusals_before_the_upgrade(kube: KubeClient, fake: FakeCluster) -> None:
