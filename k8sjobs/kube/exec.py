@@ -142,6 +142,7 @@ class ExecStream:
         #: The channel-3 Status, once it came (None before, and on a broken stream).
         self.status: ExecStatus | None = None
         self._ended = False
+        self._failure: ExecStreamBroken | None = None  # raised again by each later read
 
     async def __aenter__(self) -> ExecStream:
         return self
@@ -182,6 +183,8 @@ class ExecStream:
         ``ExecStreamBroken`` when the connection ends without a status, ``ExecIdle`` when
         ``read_idle`` seconds pass without a message.
         """
+        if self._failure is not None:
+            raise self._failure
         while not self._ended:
             message = await self._receive()
             if message.type is aiohttp.WSMsgType.BINARY:
@@ -202,7 +205,8 @@ class ExecStream:
             if message.type is aiohttp.WSMsgType.TEXT:
                 raise ExecError(f"{self._what}: a text message, where the protocol has none")
             self._ended = True
-            raise self._broken(message)
+            self._failure = self._broken(message)
+            raise self._failure
         return None
 
     def __aiter__(self) -> AsyncIterator[tuple[int, bytes]]:
@@ -230,8 +234,10 @@ class ExecStream:
                 pass
 
     async def _send(self, message: bytes) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._ended or self._ws.closed:
-            raise ExecStreamBroken(f"{self._what}: the stream has ended; nothing can be sent")
+            raise ExecError(f"{self._what}: the stream has ended; nothing can be sent")
         try:
             await self._ws.send_bytes(message)
         except (aiohttp.ClientError, ConnectionError) as exc:
@@ -312,28 +318,33 @@ async def open_exec(
     what = f'exec in pod "{pod}"{where} in namespace "{namespace}"'
     url = client.config.host + POD_EXEC.path(namespace, pod)
     limit = client.options.timeout if connect_timeout is None else connect_timeout
-    session = client.session()
-    try:
-        async with asyncio.timeout(limit):
-            ws = await session.ws_connect(
-                url,
-                params=params,
-                protocols=tuple(protocols),
-                heartbeat=heartbeat,
-                autoping=True,
-                max_msg_size=_MAX_MESSAGE,
-                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=_CLOSE_TIMEOUT),
-            )
-    except aiohttp.WSServerHandshakeError as exc:
-        client.requests["create", str(exc.status)] += 1
-        raise await _refusal(session, url, params, tuple(protocols), exc, what, limit) from None
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        client.requests["create", "none"] += 1
-        raise api_error(
-            503,
-            {"message": f"no answer within {limit:g} s ({type(exc).__name__})"},
-            what=what,
-        ) from None
+    while True:
+        session = client.session()
+        try:
+            async with asyncio.timeout(limit):
+                ws = await session.ws_connect(
+                    url,
+                    params=params,
+                    protocols=tuple(protocols),
+                    heartbeat=heartbeat,
+                    autoping=True,
+                    max_msg_size=_MAX_MESSAGE,
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=_CLOSE_TIMEOUT),
+                )
+        except aiohttp.WSServerHandshakeError as exc:
+            client.requests["create", str(exc.status)] += 1
+            if exc.status == 401 and not client._reloaded and client.config.reload is not None:
+                await client._reload()  # an expired token: fresh credentials, once
+                continue
+            raise await _refusal(session, url, params, tuple(protocols), exc, what, limit) from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            client.requests["create", "none"] += 1
+            raise api_error(
+                503,
+                {"message": f"no answer within {limit:g} s ({type(exc).__name__})"},
+                what=what,
+            ) from None
+        break
     client.requests["create", "101"] += 1
     if ws.protocol not in (V5, V4):
         await ws.close()

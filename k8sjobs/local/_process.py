@@ -56,6 +56,7 @@ __all__ = [
     "MemoryMonitor",
     "StartError",
     "Supervisor",
+    "kill_session",
     "program",
     "spawn",
 ]
@@ -169,7 +170,7 @@ class Supervisor:
             raise
         if self.process.returncode is not None and self.process.returncode < 0:
             # The keeper was killed before it could: kill what the program left, as a runtime.
-            await _kill_session(self.pid)
+            await kill_session(self.pid)
 
     def outcome(self) -> tuple[int, str]:
         """Return the container's exit code and reason, as a kubelet reports them."""
@@ -213,7 +214,7 @@ class Supervisor:
             _signal_group(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(asyncio.CancelledError):
             if await asyncio.shield(self.process.wait()) < 0:
-                await _kill_session(self.pid)
+                await kill_session(self.pid)
 
 
 class MemoryMonitor:
@@ -249,7 +250,7 @@ def _signal_group(group: int, signum: int) -> None:
         os.killpg(group, signum)
 
 
-async def _kill_session(session: int) -> None:
+async def kill_session(session: int) -> None:
     """Kill the process group and any member of the session that left it (scan in a thread)."""
     _signal_group(session, signal.SIGKILL)
     await anyio.to_thread.run_sync(_kill_session_members, session)

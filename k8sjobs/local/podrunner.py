@@ -13,7 +13,8 @@ A pod becomes a sandbox ``root/<namespace>/<pod name>/`` holding ``volumes/<volu
 - ``_env``: the container's environment and ``$(VAR)`` expansion;
 - ``_process``: starting the program, its memory limit, killing what it leaves;
 - ``_podstatus``: the PodStatus a kubelet would write;
-- ``_handoff``: k8sjobs' own handoff containers, run in-process when the runner is given one.
+- ``_handoff``: k8sjobs' own handoff containers, run in-process when the runner is given one;
+- ``_exec``: another process in a running container's environment (pods/exec).
 
 A missing ConfigMap, Secret or key leaves the container waiting with reason
 ``CreateContainerConfigError`` and the pod Pending; where a kubelet would retry forever, ``run``
@@ -26,6 +27,7 @@ a fresh PodStatus dict each time it changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ import anyio
 from ..steps.quantity import parse_bytes
 from . import agent
 from ._env import base_env, declared_env, expand
+from ._exec import ExecProcesses, start_exec
 from ._faults import kill_point
 from ._gpusample import GpuSampler, sampler_for
 from ._handoff import HandoffCall, InProcessHandoff, recognise
@@ -87,6 +90,7 @@ class PodRunner:
         # namespaces here (the job controller adds a random suffix), so remember each pod's.
         self._namespaces: dict[str, str] = {}
         self._memory = MemoryMonitor()
+        self._runs: dict[tuple[str, str], _PodRun] = {}  # the pods running now, for exec
 
     def sandbox(self, namespace: str, pod_name: str) -> Path:
         """Return the directory that holds a pod's volumes, home, tmp and logs."""
@@ -125,7 +129,50 @@ class PodRunner:
             handoff=self.handoff,
             volume_dirs=self.volume_dirs,
         )
-        return await pod_run.run()
+        key = (namespace, meta["name"])
+        self._runs[key] = pod_run
+        try:
+            return await pod_run.run()
+        finally:
+            if self._runs.get(key) is pod_run:
+                del self._runs[key]
+
+    def exec_running(self, namespace: str, pod_name: str, container: str) -> bool:
+        """Return whether ``container`` of the pod runs now (an exec can join it)."""
+        pod_run = self._runs.get((namespace, pod_name))
+        return pod_run is not None and container in pod_run.running
+
+    async def exec(
+        self,
+        namespace: str,
+        pod_name: str,
+        container: str,
+        command: Sequence[str],
+        *,
+        stdin: bool = True,
+        stdout: bool = True,
+        stderr: bool = True,
+    ) -> asyncio.subprocess.Process:
+        """Start ``command`` in a running container's environment (``_exec``): its env,
+        working directory, PATH and volume paths; killed when the pod's containers end.
+
+        Raises ``LookupError`` when the container does not run now, ``StartError`` with the
+        runtime's words when the program cannot be started.
+        """
+        key = (namespace, pod_name)
+        pod_run = self._runs.get(key)
+        if pod_run is None or container not in pod_run.running:
+            raise LookupError(f'container not found ("{container}")')
+        spec = pod_run._container(container)
+        launch = pod_run._prepare(spec)
+        paths = PathMap.for_container(spec, pod_run.volumes, pod_run.sandbox)
+        process = await start_exec(
+            launch, paths, command, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+        pod_run.execs.add(process)
+        if self._runs.get(key) is not pod_run:  # the pod ended while it started
+            await pod_run.execs.kill_all()
+        return process
 
     async def finish_handoff(
         self,
@@ -193,6 +240,9 @@ class _PodRun:
     volume_dirs: VolumeDirs | None = None
     volumes: dict[str, Path] = field(default_factory=dict)
     agent_env: dict[str, str] = field(default_factory=dict)
+    #: The containers whose process runs now, and the exec processes started in them.
+    running: set[str] = field(default_factory=set)
+    execs: ExecProcesses = field(default_factory=ExecProcesses)
 
     @property
     def spec(self) -> Mapping[str, Any]:
@@ -208,6 +258,11 @@ class _PodRun:
             self.status.finish(succeeded=False)
             self.status.report()
             raise
+        finally:
+            # As a runtime ends a stopped container's exec processes (a second
+            # cancellation cannot leave them behind: the kill is shielded).
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self.execs.kill_all())
 
     async def _run(self) -> dict[str, Any]:
         """Materialise the volumes, run the init containers, then the containers."""
@@ -383,6 +438,7 @@ class _PodRun:
             raise
         kill_point("container-started")  # before the record says it runs: adopted all the same
         started = now()
+        self.running.add(name)
         container = self._container(name)
         self.status.running(name, pid, started, probed=probed(container))
         self.status.report()
@@ -396,6 +452,7 @@ class _PodRun:
             await supervisor.wait()
             kill_point("container-exited")  # ended unseen: adopted from its exit file
         finally:
+            self.running.discard(name)
             if readiness is not None:
                 readiness.cancel()
             exit_code, reason = supervisor.outcome()

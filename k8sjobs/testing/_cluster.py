@@ -122,6 +122,7 @@ class FakeCluster:
             pause_kubelet=self.kubelet.pause,
             silence_watches=self.store.silence_watches,
             graceful_restart=self._graceful_restart,
+            cut_exec_streams=lambda namespace, pod: self.server.exec_sessions.cut(namespace, pod),
         )
         self.token = token or (secrets.token_hex(16) if tls else None)
         self.tls = tls
@@ -130,6 +131,7 @@ class FakeCluster:
             faults=self.faults,
             requests=self.requests,
             logs=self.kubelet,
+            execs=self.kubelet,
             token=self.token,
             bookmark_interval=bookmark_interval,
         )

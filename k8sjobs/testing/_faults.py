@@ -3,8 +3,8 @@
 `Faults` is what `FakeCluster.faults` returns: error injection per verb and resource (429
 with Retry-After, 500, 503), added latency, and the cluster-wide disruptions (dropping or
 silencing every open watch, compacting history, restarting the server abruptly or the way
-a SIGTERM'd kube-apiserver does, pausing the kubelet), which it delegates to the cluster
-through callbacks so that this module holds no server state.
+a SIGTERM'd kube-apiserver does, pausing the kubelet, cutting pods/exec streams), which it
+delegates to the cluster through callbacks so that this module holds no server state.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class Faults:
         pause_kubelet: Callable[[bool], None],
         silence_watches: Callable[..., int],
         graceful_restart: Callable[[float, float], Awaitable[None]],
+        cut_exec_streams: Callable[[str | None, str | None], int] | None = None,
     ) -> None:
         self._rules: list[_Rule] = []
         self._latency: dict[str | None, float] = {}
@@ -88,6 +89,7 @@ class Faults:
         self._pause_kubelet = pause_kubelet
         self._silence_watches = silence_watches
         self._graceful_restart = graceful_restart
+        self._cut_exec_streams = cut_exec_streams
 
     def fail(
         self,
@@ -148,6 +150,16 @@ class Faults:
                 f"drain ({drain}) and downtime ({downtime}) must be seconds, 0 or more"
             )
         await self._graceful_restart(drain, downtime)
+
+    def cut_exec_streams(self, namespace: str | None = None, pod: str | None = None) -> int:
+        """Drop every open pods/exec stream (or those of one namespace, of one pod) now, with
+        no status frame and no close frame: each client sees a broken stream, as when an
+        API server restarts or an idle proxy gives up. Their commands are killed, as any
+        closed stream's; the pods go on. Returns how many streams were cut.
+        """
+        if self._cut_exec_streams is None:
+            return 0
+        return self._cut_exec_streams(namespace, pod)
 
     def compact(self) -> None:
         """Compact history now: watches and continue tokens from older versions get 410."""

@@ -27,6 +27,7 @@ from typing import Any
 from ..steps.quantity import parse_quantity
 from .apiserver.errors import ApiError
 from .apiserver.events import record_event
+from .apiserver.exec import ExecCall, ExecStartError
 from .apiserver.podresources import pod_resources
 from .apiserver.store import Event, Obj, Store, now_rfc3339
 
@@ -211,6 +212,48 @@ class Kubelet:
         if self._runner is not None:
             return obj["metadata"]["uid"] in self._tasks
         return (namespace, pod, container) in self._running_logs
+
+    # ------------------------------------------------------------------ exec (ExecHost)
+
+    def exec_refusal(self, namespace: str, pod: str, container: str) -> str | None:
+        """Return why ``container`` cannot take an exec now (the upgrade's 500), or None.
+
+        The words are the kubelet's for a container that does not run (ended, or not
+        started yet); a simulating kubelet runs no process to exec into.
+        """
+        if self._runner is None:
+            return (
+                "pods/exec runs commands in the executing kubelet: this fake cluster simulates "
+                'its pods; start it with FakeCluster("execute")'
+            )
+        if not self._runner.exec_running(namespace, pod, container):
+            return f'container not found ("{container}")'
+        return None
+
+    async def exec_start(self, call: ExecCall) -> asyncio.subprocess.Process:
+        """Start the command in the container's environment (``PodRunner.exec``)."""
+        from ..local._process import StartError
+        from ..local._sources import ConfigError
+
+        try:
+            process: asyncio.subprocess.Process = await self._runner.exec(
+                call.namespace,
+                call.pod,
+                call.container,
+                call.command,
+                stdin=call.stdin,
+                stdout=call.stdout,
+                stderr=call.stderr,
+            )
+        except (StartError, LookupError, ConfigError) as error:
+            raise ExecStartError(str(error).strip("'\"")) from None
+        return process
+
+    async def exec_kill(self, process: asyncio.subprocess.Process) -> None:
+        """Kill an exec'd command and everything it started."""
+        from ..local._exec import kill
+
+        await kill(process)
 
     # ------------------------------------------------------------------ events
 

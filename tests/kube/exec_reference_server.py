@@ -65,7 +65,12 @@ class ReferenceExecServer:
     """Serves the recorded scenarios of exec-websocket.json on 127.0.0.1."""
 
     def __init__(
-        self, *, token: str | None = None, strip_protocol: bool = False, cut_status: bool = False
+        self,
+        *,
+        token: str | None = None,
+        strip_protocol: bool = False,
+        cut_status: bool = False,
+        answer_pings: bool = True,
     ) -> None:
         self.scenarios = load_transcript()
         self.token = token
@@ -73,6 +78,8 @@ class ReferenceExecServer:
         self.strip_protocol = strip_protocol
         #: Drop the connection where the status would come (a broken stream): no channel 3.
         self.cut_status = cut_status
+        #: Answer the client's pings (off: a peer that went silent, as a dead proxy).
+        self.answer_pings = answer_pings
         self.pings = 0
         self.mismatches: list[str] = []
         #: The scenarios served, in order, with the subprotocol the client offered.
@@ -190,7 +197,8 @@ class ReferenceExecServer:
             message = await ws.receive()
             if message.type is WSMsgType.PING:
                 self.pings += 1
-                await ws.pong(message.data)
+                if self.answer_pings:
+                    await ws.pong(message.data)
                 continue
             if message.type is WSMsgType.BINARY:
                 if message.data != expected:

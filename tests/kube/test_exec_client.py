@@ -8,6 +8,7 @@ cluster, so the client is held to what kube-apiserver v1.36 actually sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -52,6 +53,22 @@ async def client(server: ReferenceExecServer) -> AsyncIterator[KubeClient]:
     config = ClusterConfig(host=server.url, authorization=f"Bearer {TOKEN}")
     async with KubeClient(config, ClientOptions(timeout=5.0)) as kube:
         yield kube
+
+
+@contextlib.asynccontextmanager
+async def _other_server(
+    *, strip_protocol: bool = False, cut_status: bool = False, answer_pings: bool = True
+) -> AsyncIterator[KubeClient]:
+    """Yield a client on a reference server that departs from the transcript as told."""
+    reference = ReferenceExecServer(
+        strip_protocol=strip_protocol, cut_status=cut_status, answer_pings=answer_pings
+    )
+    await reference.start()
+    try:
+        async with KubeClient(ClusterConfig(host=reference.url)) as kube:
+            yield kube
+    finally:
+        await reference.stop()
 
 
 async def _drain(stream: ExecStream) -> list[tuple[int, bytes]]:
@@ -131,16 +148,11 @@ async def test_no_subprotocol_the_server_upgrades_with_an_empty_header(
 
 
 async def test_a_server_that_chooses_no_subprotocol_is_refused_clearly() -> None:
-    stripping = ReferenceExecServer(strip_protocol=True)
-    await stripping.start()
-    try:
-        async with KubeClient(ClusterConfig(host=stripping.url)) as kube:
-            with pytest.raises(ExecError, match="chose no channel subprotocol"):
-                await open_exec(kube, NS, POD, ["sh", "-c", "echo v4; exit 3"], stdin=False)
-            with pytest.raises(ValueError, match="protocols"):
-                await open_exec(kube, NS, POD, ["true"], protocols=[])
-    finally:
-        await stripping.stop()
+    async with _other_server(strip_protocol=True) as kube:
+        with pytest.raises(ExecError, match="chose no channel subprotocol"):
+            await open_exec(kube, NS, POD, ["sh", "-c", "echo v4; exit 3"], stdin=False)
+        with pytest.raises(ValueError, match="protocols"):
+            await open_exec(kube, NS, POD, ["true"], protocols=[])
 
 
 async def test_missing_container_is_a_400_with_the_servers_message(client: KubeClient) -> None:
@@ -210,22 +222,19 @@ async def test_large_stdout_arrives_whole_in_frames_of_at_most_32KiB(client: Kub
 
 
 async def test_a_drop_before_the_status_is_a_broken_stream() -> None:
-    cutting = ReferenceExecServer(cut_status=True)
-    await cutting.start()
-    try:
-        async with KubeClient(ClusterConfig(host=cutting.url)) as kube:
-            command = ["sh", "-c", "echo out; echo err >&2; exit 3"]
-            stream = await open_exec(kube, NS, POD, command, stdin=False)
-            assert await stream.read() == (STDOUT, b"out\n")
-            assert await stream.read() == (STDERR, b"err\n")
-            with pytest.raises(ExecStreamBroken, match="before the command's status"):
-                await stream.read()
-            assert stream.status is None
-            with pytest.raises(ExecStreamBroken):
-                await stream.write(b"more")
-            await stream.aclose()
-    finally:
-        await cutting.stop()
+    async with _other_server(cut_status=True) as kube:
+        command = ["sh", "-c", "echo out; echo err >&2; exit 3"]
+        stream = await open_exec(kube, NS, POD, command, stdin=False)
+        assert await stream.read() == (STDOUT, b"out\n")
+        assert await stream.read() == (STDERR, b"err\n")
+        with pytest.raises(ExecStreamBroken, match="before the command's status"):
+            await stream.read()
+        assert stream.status is None
+        with pytest.raises(ExecStreamBroken):  # and again: never taken for an end
+            await stream.read()
+        with pytest.raises(ExecStreamBroken):
+            await stream.write(b"more")
+        await stream.aclose()
 
 
 async def test_connect_timeout_bounds_a_server_that_never_answers() -> None:
@@ -245,3 +254,33 @@ async def test_connect_timeout_bounds_a_server_that_never_answers() -> None:
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+async def test_a_peer_that_stops_answering_pings_breaks_the_stream() -> None:
+    async with _other_server(answer_pings=False) as kube:
+        command = ["sh", "-c", "read l; echo got:$l"]
+        stream = await open_exec(kube, NS, POD, command, heartbeat=0.2)
+        started = time.monotonic()
+        with pytest.raises(ExecStreamBroken, match="heartbeat"):
+            async with asyncio.timeout(10):
+                await stream.read()
+        assert time.monotonic() - started < 5
+        await stream.aclose()
+
+
+async def test_a_401_reloads_the_credentials_once(server: ReferenceExecServer) -> None:
+    async def fresh() -> ClusterConfig:
+        return ClusterConfig(host=server.url, authorization=f"Bearer {TOKEN}")
+
+    stale = ClusterConfig(host=server.url, authorization="Bearer expired-0123456789", reload=fresh)
+    async with KubeClient(stale) as kube:
+        stream = await open_exec(kube, NS, POD, ["sh", "-c", "kill -9 $$"], stdin=False)
+        assert (await stream.wait()).exit_code == 137
+        await stream.aclose()
+    async with KubeClient(
+        ClusterConfig(host=server.url, authorization="Bearer wrong-01234567")
+    ) as kube:
+        with pytest.raises(ApiError) as caught:
+            await open_exec(kube, NS, POD, ["true"], stdin=False)
+        assert caught.value.status == 401
+        assert "wrong-01234567" not in str(caught.value)

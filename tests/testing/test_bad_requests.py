@@ -313,7 +313,7 @@ async def test_headers_up_to_a_mebibyte_are_taken(
         ("PATCH", "configmaps/x/status"),
         ("POST", "configmaps/x/eviction"),
         ("GET", "configmaps/x/status/more"),
-        ("GET", "pods/p/exec"),
+        ("GET", "pods/p/attach"),  # exec is served (apiserver/exec.py), attach is not
         ("DELETE", "pods/p/bogus"),
     ],
 )

@@ -23,6 +23,12 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 _OBJECT_TYPES = (JSON, YAML, "", "application/octet-stream", "text/plain")
 
 
+def truthy(value: str | None) -> bool:
+    """Return whether a boolean query parameter is set, as the API server reads it: anything
+    but absent, "0" and "false" is true."""
+    return value is not None and not (value == "0" or value.lower() == "false")
+
+
 def check_size(raw: bytes) -> None:
     """Refuse a body over 3 MiB with 413 RequestEntityTooLarge."""
     if len(raw) > MAX_BODY_BYTES:

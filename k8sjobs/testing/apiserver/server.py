@@ -36,6 +36,7 @@ from .discovery import DISCOVERY
 from .errors import ApiError
 from .eviction import evict, eviction_grace
 from .eviction import success_status as eviction_status
+from .exec import ExecHost, ExecSessions, serve_exec
 from .namespaces import admit_delete
 from .resources import Resource
 from .store import Obj, Store, Watcher, copy_obj
@@ -70,6 +71,7 @@ class ApiServer:
         faults: Faults,
         requests: RequestLog,
         logs: LogSource | None = None,
+        execs: ExecHost | None = None,
         token: str | None = None,
         bookmark_interval: float = 5.0,
     ) -> None:
@@ -77,6 +79,9 @@ class ApiServer:
         self.faults = faults
         self.requests = requests
         self.logs = logs
+        self.execs = execs
+        #: The open pods/exec streams (exec.py), which a fault can cut.
+        self.exec_sessions = ExecSessions()
         self.token = token
         self.bookmark_interval = bookmark_interval
         self.port = 0
@@ -128,8 +133,10 @@ class ApiServer:
         await self.stop()
 
     async def stop(self) -> None:
-        """Stop serving, ending open watches first so that shutdown does not wait on them."""
+        """Stop serving, ending open watches and exec streams first so that shutdown does not
+        wait on them."""
         self.store.drop_watches()
+        self.exec_sessions.cut()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -165,7 +172,8 @@ class ApiServer:
         if path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
         resource, namespace, name, sub = _parse(path, self.store.resources)
-        verb = _verb(request.method, name, request.query)
+        # An exec's GET (WebSocket) or POST (SPDY) is audited, and authorized, as a create.
+        verb = "create" if sub == "exec" else _verb(request.method, name, request.query)
         if sub and verb not in _SUBRESOURCE_VERBS[sub]:
             raise _method_not_allowed()
         self.requests.record(RequestKey(verb, resource.plural, sub))
@@ -289,7 +297,7 @@ class ApiServer:
         if initial is False and since is None:
             since = self.store.rv  # sendInitialEvents=false: only what happens from now on
         _decoding.int_param(query, "limit")  # only checked: a watch sends what changes
-        bookmarks = _truthy(query.get("allowWatchBookmarks"))
+        bookmarks = _requests.truthy(query.get("allowWatchBookmarks"))
         timeout = _requests.timeout_seconds(query, _DEFAULT_WATCH_TIMEOUT)
         response = web.StreamResponse(headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
@@ -373,6 +381,8 @@ class ApiServer:
     async def _create(
         self, request: web.Request, res: Resource, ns: str, name: str, sub: str
     ) -> web.StreamResponse:
+        if res.plural == "pods" and sub == "exec":
+            return await self._exec(request, ns, name)
         raw = await _read_object(request, res, ns)
         if _is_view(res):
             _events.check_v1_create(raw)
@@ -478,7 +488,7 @@ class ApiServer:
         sent_rv = applied["metadata"].get("resourceVersion")
         if live is not None and sent_rv and sent_rv != live["metadata"]["resourceVersion"]:
             raise _errors.conflict(res.plural, name, res.group)
-        force = _truthy(request.query.get("force"))
+        force = _requests.truthy(request.query.get("force"))
         merged = _apply.apply(res, live, applied, manager, sub, force)
         if live is None:
             created = self.store.create(res.plural, ns, merged, dry_run=dry_run)
@@ -551,12 +561,23 @@ class ApiServer:
         }
         return _json_response(body)
 
+    # ------------------------------------------------------------------ exec
+
+    async def _exec(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
+        """Check the pod and container as the real server does (404, then 400s), then hand
+        the stream to exec.py."""
+        pod = self.store.require("pods", ns, name)
+        container = self._named_container(pod, request.query.get("container"))
+        if not pod["spec"].get("nodeName"):
+            raise _errors.bad_request(f"pod {name} does not have a host assigned")
+        return await serve_exec(request, self.execs, self.exec_sessions, ns, name, container)
+
     # ------------------------------------------------------------------ logs
 
     async def _log(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
         tail = _log_tail(request.query, name)  # options are decoded before the pod is read
         pod = self.store.require("pods", ns, name)
-        container = self._log_container(pod, request.query.get("container"))
+        container = self._named_container(pod, request.query.get("container"))
         if self.logs is None:
             return web.Response(body=b"", content_type="text/plain")
         status = _container_status(pod, container)
@@ -565,17 +586,17 @@ class ApiServer:
             raise _errors.bad_request(
                 f'container "{container}" in pod "{name}" is waiting to start: {reason}'
             )
-        previous = _truthy(request.query.get("previous"))
+        previous = _requests.truthy(request.query.get("previous"))
         if previous:
             raise _errors.bad_request(
                 f'previous terminated container "{container}" in pod "{name}" not found'
             )
-        if not _truthy(request.query.get("follow")):
+        if not _requests.truthy(request.query.get("follow")):
             data = _tail(self.logs.read_log(ns, name, container, False), tail)
             return web.Response(body=data, content_type="text/plain")
         return await self._follow_log(request, ns, name, container, tail)
 
-    def _log_container(self, pod: Obj, container: str | None) -> str:
+    def _named_container(self, pod: Obj, container: str | None) -> str:
         names = [c["name"] for c in pod["spec"].get("containers", [])]
         init = [c["name"] for c in pod["spec"].get("initContainers", [])]
         if container:
@@ -681,6 +702,7 @@ _SUBRESOURCE_VERBS = {
     "status": ("get", "update", "patch"),
     "log": ("get",),
     "eviction": ("create",),
+    "exec": ("create",),
 }
 
 
@@ -688,7 +710,7 @@ def _subresources(resource: Resource) -> tuple[str, ...]:
     """Return the subresources `resource` has (others answer 404)."""
     found: tuple[str, ...] = ("status",) if resource.has_status else ()
     if resource.plural == "pods" and not resource.group:
-        found += ("log", "eviction")
+        found += ("log", "eviction", "exec")
     return found
 
 
@@ -784,7 +806,7 @@ def _verb(method: str, name: str, query: Any) -> str:
     if method == "GET":
         if name:
             return "get"
-        return "watch" if _truthy(query.get("watch")) else "list"
+        return "watch" if _requests.truthy(query.get("watch")) else "list"
     if method == "DELETE":
         return "delete" if name else "deletecollection"
     verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
@@ -815,12 +837,6 @@ async def _until_closed(request: web.Request, watcher: Watcher, deadline: float)
             # not wait_for: it can drop a cancellation
             async with asyncio.timeout(min(left, _LIVENESS)):
                 await watcher.wakeup.wait()
-
-
-def _truthy(value: str | None) -> bool:
-    """Return whether a boolean query parameter is set, as the API server reads it: anything
-    but absent, "0" and "false" is true."""
-    return value is not None and not (value == "0" or value.lower() == "false")
 
 
 async def _read_json(request: web.Request) -> Any:
