@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..kube.client import KubeClient
+    from ..kube.exec import ExecStream
 
 __all__ = [
-    "AGENT_CONTAINER",
     "AGENT_DIR",
     "AGENT_SCRIPT",
     "ATTACH_WAIT",
@@ -40,8 +40,6 @@ __all__ = [
 #: Where the rendered pod mounts the agent's ConfigMap, and the agent's own state directory.
 AGENT_SCRIPT = "/k8sjobs/agent/agent.py"
 AGENT_DIR = "/k8sjobs/alloc"
-#: The container of an allocation's pod that runs the agent.
-AGENT_CONTAINER = "agent"
 #: The agent's volume (an emptyDir) in the pod, where its socket and steps live.
 AGENT_VOLUME = "alloc"
 #: How long ``attach`` waits for the agent's socket (the agent still starting).
@@ -149,10 +147,7 @@ class ProcessChannel:
 class ExecChannel:
     """A channel through the API server's ``pods/exec`` (a cluster's pods, or the fake's)."""
 
-    def __init__(self, stream: object, pod: str) -> None:
-        from ..kube.exec import ExecStream
-
-        assert isinstance(stream, ExecStream)
+    def __init__(self, stream: ExecStream, pod: str) -> None:
         self._stream = stream
         self._pod = pod
 
@@ -163,9 +158,7 @@ class ExecChannel:
         """Open ``attach`` in ``pod`` through pods/exec (raises ApiError when refused)."""
         from ..kube.exec import open_exec
 
-        stream = await open_exec(
-            client, namespace, pod, attach_command(), container=container, stderr=True
-        )
+        stream = await open_exec(client, namespace, pod, attach_command(), container=container)
         return cls(stream, pod)
 
     async def send(self, line: bytes) -> None:
@@ -175,17 +168,25 @@ class ExecChannel:
             raise ChannelBroken(f"pod {self._pod}: the exec stream broke ({exc})") from None
 
     async def lines(self) -> AsyncIterator[bytes]:
+        from ..kube.exec import STDOUT
+
         splitter = _Lines()
+        said = bytearray()  # attach's stderr: why it could not reach the agent, if it says
         try:
-            async for chunk in self._stream.stdout():
-                for line in splitter.feed(chunk):
+            async for channel, data in self._stream:
+                if channel != STDOUT:
+                    said += data[: 4096 - len(said)]
+                    continue
+                for line in splitter.feed(data):
                     yield line
         except ChannelBroken:
             raise
         except Exception as exc:
             raise ChannelBroken(f"pod {self._pod}: the exec stream broke ({exc})") from None
         status = self._stream.status
-        words = status.message if status is not None else "the exec stream ended"
+        words = said.decode(errors="replace").strip() or (
+            status.message if status is not None else "the exec stream ended"
+        )
         raise ChannelBroken(f"pod {self._pod}: {words}")
 
     async def aclose(self) -> None:
@@ -202,4 +203,6 @@ async def open_channel(host: Any, namespace: str, pod: str) -> Channel:
     if host.kind == "local":
         agent_dir = host.runner.sandbox(namespace, pod) / "volumes" / AGENT_VOLUME
         return await ProcessChannel.open(agent_dir, Path(__file__).with_name("agent.py"), pod)
+    from ..render.allocation import AGENT_CONTAINER
+
     return await ExecChannel.open(host.client, namespace, pod, AGENT_CONTAINER)

@@ -30,14 +30,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
 from pydantic import SecretStr
 
 from ..events import StepEvent
 from ..handle import StepHandle
+from ..render.allocation import allocation_step_name
 from ..state import StepResult, StepState
 from ..usage import Usage
 from .channel import Channel, ChannelBroken, open_channel
+from .protocol import ProtocolError, decode_event, encode
 
 if TYPE_CHECKING:
     from ..render.manifests import Manifests
@@ -132,7 +133,7 @@ class AllocationBackend:
         self._log_dir = log_dir
         self._window = window
         self.handle = StepHandle(
-            name=f"allocation {allocation.name}",
+            name=allocation_step_name(allocation),
             study=study,
             object_name=manifests.name,
             namespace=manifests.namespace,
@@ -272,7 +273,7 @@ class AllocationBackend:
 
     async def _restart(self) -> None:
         self.handle = StepHandle(
-            name=self.handle.name,
+            name=allocation_step_name(self.allocation),
             study=self._study,
             object_name=self._manifests.name,
             namespace=self._manifests.namespace,
@@ -312,12 +313,11 @@ class AllocationBackend:
             if line is None:
                 raise ChannelBroken(f"pod {pod.name}: the agent's channel ended")
             try:
-                message = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                _log.warning("allocation %s: pod %s sent a line that is not JSON", self.allocation.name, pod.name)
+                message = decode_event(line)
+            except ProtocolError as exc:  # said, and read on: one bad line loses nothing
+                _log.warning("allocation %s: pod %s: %s", self.allocation.name, pod.name, exc)
                 continue
-            if isinstance(message, dict):
-                self._on_message(pod, message)
+            self._on_message(pod, dict(message))
 
     def _on_message(self, pod: _Pod, message: dict[str, Any]) -> None:
         kind = message.get("ev")
@@ -616,7 +616,7 @@ def _message(handle: StepHandle, manifests: Manifests) -> dict[str, Any]:
 
 
 def _line(message: Mapping[str, Any]) -> bytes:
-    return orjson.dumps(message) + b"\n"
+    return encode(message)
 
 
 def _time(value: Any) -> datetime | None:

@@ -48,11 +48,13 @@ from ..steps.names import DNS_LABEL_MAX, JOB_NAME_MAX, label_value, slug
 from ..steps.spec import CONFIGMAP_LIMIT, INT32_MAX, PRIORITY_LABEL, QUEUE_LABEL
 from . import jobset
 from .manifests import (
+    ANNOTATION_STEP,
     ANNOTATION_STUDY,
     ANNOTATION_VERSION,
     AUTH_DIR,
     LABEL_HASH,
     LABEL_MANAGED,
+    MAIN_CONTAINER,
     LABEL_STUDY,
     Manifests,
     Target,
@@ -79,7 +81,9 @@ __all__ = [
 
 #: The label that names the allocation an object (ConfigMap, Job, JobSet, pod) holds.
 LABEL_ALLOCATION = "k8sjobs.io/allocation"
-AGENT_CONTAINER = "agent"
+# The agent's container has a step's name: every backend judges a Job by its main container
+# (its exit code, usage, log), and an allocation is followed as a step is.
+AGENT_CONTAINER = MAIN_CONTAINER
 AGENT_KEY = "agent.py"
 AGENT_DIR = "/k8sjobs/agent"
 ALLOC_DIR = "/k8sjobs/alloc"
@@ -115,6 +119,11 @@ def allocation_object_name(study: str, allocation: Allocation) -> str:
     readable = _PREFIX + (f"{slug(study, study_room)}-" if study_room >= 3 else "") + name
     digest = hashlib.sha256(json.dumps(["allocation", study, allocation.name]).encode())
     return f"{readable}-{digest.hexdigest()[:_HASH_LEN]}"
+
+
+def allocation_step_name(allocation: Allocation) -> str:
+    """Return the name the allocation goes by among its study's steps ("allocation pool")."""
+    return f"allocation {allocation.name}"
 
 
 @functools.cache
@@ -176,7 +185,13 @@ def render_allocation(allocation: Allocation, target: Target | None = None) -> M
         LABEL_STUDY: label_value(target.study),
         LABEL_ALLOCATION: allocation.name,
     }
-    annotations = {ANNOTATION_STUDY: target.study, ANNOTATION_VERSION: __version__}
+    # Named as its handle is: the backends follow it as they follow a step's Job, and
+    # `k8sjobs status` lists it so (its pods' state is the allocation's).
+    annotations = {
+        ANNOTATION_STEP: allocation_step_name(allocation),
+        ANNOTATION_STUDY: target.study,
+        ANNOTATION_VERSION: __version__,
+    }
     meta = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
     configmap = _configmap(allocation, meta)
     job = _job(allocation, target, meta)
