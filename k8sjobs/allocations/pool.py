@@ -148,6 +148,7 @@ class AllocationBackend:
         self._started = False
         self._closing = False
         self._restarts = 0
+        self._said = ""  # why queued steps wait, as last said to them
 
     # --- the Backend protocol ------------------------------------------------------------
 
@@ -208,6 +209,7 @@ class AllocationBackend:
                 if held[1] is not None:
                     self._ended(pod, held[1])
                 return
+        self._said = self._said or self._why()
         self._waiting(work)
         self._queue.append(work)
         self._dispatch()
@@ -484,8 +486,11 @@ class AllocationBackend:
             channel = pod.channel
             assert channel is not None
             asyncio.create_task(self._send(pod, channel, work))
-        for work in self._queue:
-            self._waiting(work)
+        why = self._why()
+        if why != self._said:  # said anew to every waiting step only when it changes
+            self._said = why
+            for work in self._queue:
+                self._waiting(work)
 
     async def _send(self, pod: _Pod, channel: Channel, work: _Work) -> None:
         try:
@@ -493,17 +498,17 @@ class AllocationBackend:
         except ChannelBroken:
             pass  # the reader sees it too; re-attach says whether the agent has it
 
-    def _waiting(self, work: _Work) -> None:
-        if work.handle.result.state is not StepState.PENDING:
-            return
+    def _why(self) -> str:
+        """Return why a queued step waits, in the pods' (or the API server's) words."""
+        if any(p.ready for p in self._pods.values()):
+            return f'waiting for a slot in allocation "{self.allocation.name}"'
         said = "; ".join(f"pod {p.name}: {p.said}" for p in self._pods.values() if p.said)
-        why = f'waiting for a slot in allocation "{self.allocation.name}"'
-        if not any(p.ready for p in self._pods.values()):
-            why = f'waiting for the pods of allocation "{self.allocation.name}"' + (
-                f" ({said})" if said else f" ({self.handle.result.message or 'starting'})"
-            )
-        if work.handle.result.message != why:
-            work.handle.report(work.handle.result.evolve(reason="AllocationWait", message=why))
+        why = said or self.handle.result.message or "starting"
+        return f'waiting for the pods of allocation "{self.allocation.name}" ({why})'
+
+    def _waiting(self, work: _Work) -> None:
+        if work.handle.result.state is StepState.PENDING:
+            work.handle.report(work.handle.result.evolve(reason="AllocationWait", message=self._said))
 
     # --- ends ----------------------------------------------------------------------------
 
@@ -571,6 +576,8 @@ class AllocationBackend:
         )
 
     def _keep_log(self, work: _Work, text: str) -> str | None:
+        if not text:  # nothing to keep: most short steps print nothing
+            return None
         path = self._log_dir / self._study / f"{work.handle.object_name}.log"
         try:  # small (the agent sends 64 KiB at most): written here rather than in a thread
             path.parent.mkdir(parents=True, exist_ok=True)
