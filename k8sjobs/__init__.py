@@ -12,6 +12,7 @@ import typing as _typing
 from ._lazy import lazy_exports as _lazy_exports
 from ._version import __version__ as __version__
 from .errors import (
+    AllocationRefused,
     AlreadyExists,
     ApiError,
     ArtifactNotFound,
@@ -45,7 +46,16 @@ if _typing.TYPE_CHECKING:
     from .render import Manifests, Target, render
     from .session import Session, default_session, submit_step
     from .state import StepResult, StepState
-    from .steps import Affinity, Resources, SecretKeyRef, Step, StepOutput, Toleration, Volume
+    from .steps import (
+        Affinity,
+        Allocation,
+        Resources,
+        SecretKeyRef,
+        Step,
+        StepOutput,
+        Toleration,
+        Volume,
+    )
     from .study import Study, StudyRun, load_study
     from .usage import Usage
 
@@ -53,6 +63,7 @@ if _typing.TYPE_CHECKING:
 # pod's handoff containers) imports this package, and must not pay for pydantic and yaml.
 _HOMES = {
     "Affinity": ".steps",
+    "Allocation": ".steps",
     "Manifests": ".render",
     "Resources": ".steps",
     "SecretKeyRef": ".steps",
@@ -96,6 +107,8 @@ _sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "Affinity",
+    "Allocation",
+    "AllocationRefused",
     "AlreadyExists",
     "ApiError",
     "ArtifactNotFound",

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "AllocationRefused",
     "AlreadyExists",
     "ApiError",
     "ArtifactNotFound",
@@ -123,6 +124,19 @@ class StepFailed(K8sJobsError):
 
 class SpecMismatch(K8sJobsError):
     """A Job with the step's name exists, rendered from a different spec."""
+
+
+class AllocationRefused(K8sJobsError, ValueError):
+    """A step names an allocation the session does not have, or one it cannot run in.
+
+    Raised by ``submit`` and ``submit_many`` before anything is sent; the message names the
+    step, the allocation and the fix. ``step`` and ``allocation`` are their names.
+    """
+
+    def __init__(self, message: str, *, step: str, allocation: str) -> None:
+        super().__init__(message)
+        self.step = step
+        self.allocation = allocation
 
 
 class SessionClosed(K8sJobsError):

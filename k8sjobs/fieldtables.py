@@ -1,6 +1,7 @@
 """The docs' tables of step and study keys, kept to the models' keys so they cannot drift.
 
-docs/steps.md's "Fields" table has a row for every field of ``Step`` (``Step.model_fields``);
+docs/steps.md's "Fields" table has a row for every field of ``Step`` (``Step.model_fields``),
+docs/studies.md's allocation table one for every field of ``Allocation``;
 docs/studies.md's tables have one for every key of a study (``study._STUDY_KEYS``) and every
 key a study's step has beyond Step's (``study._EXTRA_STEP_KEYS``). A table follows a marker
 line ``<!-- keys-table: ID -->`` naming which of ``TABLES`` it is.
@@ -24,9 +25,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from . import study
+from .steps.allocation import Allocation
 from .steps.spec import Step
 
 __all__ = ["TABLES", "Row", "check_page", "key_rows", "main", "update_page"]
@@ -68,12 +71,16 @@ def _default(info: FieldInfo) -> str:
     return "see below"
 
 
-def step_keys() -> dict[str, Row]:
-    """Return a new row for each field of Step, from the model: default and description."""
-    return {
+def _model_keys(model: type[BaseModel]) -> Callable[[], dict[str, Row]]:
+    """Return a function giving a new row for each field of ``model``: default, description."""
+    return lambda: {
         name: Row((name,), _default(info), info.description or "")
-        for name, info in Step.model_fields.items()
+        for name, info in model.model_fields.items()
     }
+
+
+#: A new row for each field of Step, from the model: default and description.
+step_keys = _model_keys(Step)
 
 
 def _plain_keys(keys: Sequence[str]) -> Callable[[], dict[str, Row]]:
@@ -83,6 +90,7 @@ def _plain_keys(keys: Sequence[str]) -> Callable[[], dict[str, Row]]:
 #: Each table's marker ID -> the page it is on and the rows its model would start it with.
 TABLES: Mapping[str, tuple[str, Callable[[], dict[str, Row]]]] = {
     "Step.model_fields": ("steps.md", step_keys),
+    "Allocation.model_fields": ("studies.md", _model_keys(Allocation)),
     "study._STUDY_KEYS": ("studies.md", _plain_keys(sorted(study._STUDY_KEYS))),
     "study._EXTRA_STEP_KEYS": ("studies.md", _plain_keys(sorted(study._EXTRA_STEP_KEYS))),
 }

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from . import _gcpace
 from .backend import Backend
-from .errors import ClusterUnreachable, SessionClosed, StepFailed, StudyError
+from .errors import AllocationRefused, ClusterUnreachable, SessionClosed, StepFailed, StudyError
 from .handle import StepHandle
 from .oomretry import GrowingMemory
 from .render.manifests import HANDOFF_IMAGE, Manifests, Target, placement, render
@@ -32,7 +32,7 @@ from .render.multinode import SshKey
 from .render.sshkey import key_for
 from .reuse import Reuse
 from .state import StepResult, StepState
-from .steps.allocation import Allocation
+from .steps.allocation import Allocation, refusal
 from .steps.spec import Step, StepOutput, StepTarget, check_dns_label
 
 if TYPE_CHECKING:
@@ -64,6 +64,9 @@ class Session:
     of running it again, and records each success for later runs; false runs every step
     (docs/reruns.md). ``target`` is what a step that names no ``target`` of its own
     runs as ("job", "jobset" or "minicluster"; unset, each step's default, "job").
+    ``allocations`` are pods held for the study, which a step naming one
+    (``Step(allocation="pool")``) runs in (docs/allocations.md); ``submit`` refuses a step
+    naming another, or one that cannot run in its allocation, with AllocationRefused.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Session:
         trace_file: str | os.PathLike[str] | None = None,
         allocations: Sequence[Allocation] = (),
     ) -> None:
+        self._allocations = _by_name(allocations)
         self.study = study
         self.store = store
         self.plain_http = plain_http
@@ -130,7 +134,6 @@ class Session:
             "trace_file": trace_file,
         }
         self.observer: Observer | None = None
-        self._allocations: dict[str, Allocation] = {a.name: a for a in allocations}
 
     @property
     def namespace(self) -> str:
@@ -141,6 +144,11 @@ class Session:
         "default": where ``submit`` sends steps and ``attach`` looks for them.
         """
         return self._namespace_of(self._backends.get(self._default_kind))
+
+    @property
+    def allocations(self) -> Mapping[str, Allocation]:
+        """Return the session's allocations by name (read-only)."""
+        return MappingProxyType(self._allocations)
 
     @property
     def handles(self) -> dict[str, StepHandle]:
@@ -235,6 +243,7 @@ class Session:
         the backend (API refusals) are raised here.
         """
         chosen = await self._backend(backend or self._default_kind)
+        self._check_allocations([step], chosen)
         if step.allocation is not None:
             chosen = await self.allocate(step.allocation, backend=backend)
         handle, upstream = self._register(step, chosen, after)
@@ -263,6 +272,7 @@ class Session:
         FAILED with reason "SubmitFailed" and the error in its message.
         """
         chosen = await self._backend(self._default_kind)
+        self._check_allocations(steps, chosen)
         held = {n: await self.allocate(n) for n in sorted({s.allocation for s in steps} - {None})}
         registered = [
             self._register(step, held.get(step.allocation or "", chosen), ())
@@ -414,6 +424,32 @@ class Session:
             registry_secret=self.registry_secret,
             handoff_image=self.handoff_image,
         )
+
+    def _check_allocations(self, steps: Iterable[Step], backend: Backend) -> None:
+        """Raise AllocationRefused, before anything is sent, for the first step that names an
+        allocation this session has not, or one it cannot run in (``refusal``)."""
+        for step in steps:
+            if step.allocation is None:
+                continue
+            allocation = self._allocations.get(step.allocation)
+            if allocation is None:
+                known = ", ".join(f'"{n}"' for n in self._allocations) or "none"
+                raise AllocationRefused(
+                    f'Step "{step.name}" names allocation "{step.allocation}", which this '
+                    f"session does not have (its allocations: {known}); pass it in "
+                    "Session(allocations=[Allocation(...)]) or drop the step's allocation",
+                    step=step.name,
+                    allocation=step.allocation,
+                )
+            # The pods go to the allocation's namespace, else the session's.
+            where = allocation.namespace or self._namespace_of(backend)
+            reason = refusal(step, allocation.model_copy(update={"namespace": where}))
+            if reason is not None:
+                raise AllocationRefused(
+                    f'Step "{step.name}" cannot run in allocation "{allocation.name}": {reason}',
+                    step=step.name,
+                    allocation=allocation.name,
+                )
 
     def _defaulted(self, step: Step) -> Step:
         """Return ``step`` with the session's ``target`` if the step names none itself.
@@ -575,10 +611,12 @@ class Session:
     def _allocation_named(self, name: str) -> Allocation:
         found = self._allocations.get(name)
         if found is None:
-            known = ", ".join(sorted(self._allocations)) or "none"
-            raise StudyError(
-                f'No allocation "{name}" in this session (its allocations: {known}); '
-                "give it in Session(allocations=[Allocation(...)]) or the study's allocations:"
+            known = ", ".join(f'"{n}"' for n in self._allocations) or "none"
+            raise AllocationRefused(
+                f'No allocation "{name}" in this session (its allocations: {known}); pass it '
+                "in Session(allocations=[Allocation(...)]) or the study's allocations:",
+                step="",
+                allocation=name,
             )
         return found
 
@@ -694,6 +732,24 @@ def _outages(health: Any) -> tuple[int, float]:
     if health is None:
         return 0, 0.0
     return health.outages, health.unreachable_seconds()
+
+
+def _by_name(allocations: Sequence[Allocation]) -> dict[str, Allocation]:
+    """Return ``allocations`` by name, refusing what is not an Allocation or a name twice."""
+    found: dict[str, Allocation] = {}
+    for allocation in allocations:
+        if not isinstance(allocation, Allocation):
+            raise TypeError(
+                f"allocations: {allocation!r:.80} is not an Allocation; write "
+                'Allocation(name="pool", nodes=2, ...)'
+            )
+        if allocation.name in found:
+            raise ValueError(
+                f'allocations: two allocations are called "{allocation.name}"; '
+                "give each its own name"
+            )
+        found[allocation.name] = allocation
+    return found
 
 
 def _check_target(target: str | None) -> StepTarget | None:

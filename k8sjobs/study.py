@@ -52,13 +52,14 @@ from .handle import StepHandle
 from .runrecord import RunJournal
 from .session import Session, dependency_failure
 from .state import StepResult, StepState
+from .steps.allocation import Allocation, refusal
 from .steps.spec import SCRIPT_LIMIT, Step, StepOutput
 
 _log = logging.getLogger("k8sjobs.study")
 
 __all__ = ["Study", "StudyRun", "load_study"]
 
-_STUDY_KEYS = {"name", "description", "defaults", "steps"}
+_STUDY_KEYS = {"name", "description", "defaults", "steps", "allocations"}
 _EXTRA_STEP_KEYS = {"script_file", "depends", "parameters", "backend"}
 _MERGED = ("resources", "env", "labels", "annotations", "node_selector")
 # A study file's size, and its steps once parameters are expanded (issue: a few lines of
@@ -76,6 +77,8 @@ class Study:
     depends: Mapping[str, tuple[str, ...]]
     backends: Mapping[str, str | None] = field(default_factory=dict)
     description: str = ""
+    #: The pods held for the study, that its steps naming them run in (docs/allocations.md).
+    allocations: tuple[Allocation, ...] = ()
 
     def step(self, name: str) -> Step:
         """Return the step called ``name``."""
@@ -135,8 +138,76 @@ def parse_study(
     if not isinstance(defaults, dict) or not all(isinstance(k, str) for k in defaults):
         raise StudyError(f"{where('defaults')}: defaults must be a mapping of step fields")
     study_name = name or data.get("name") or Path(source).stem
+    allocations = _allocations(data.get("allocations"), where)
     raw = [_merge(defaults, s, where, i) for i, s in enumerate(steps)]
-    return _expand(study_name, raw, base_dir, where, data.get("description") or "")
+    description = data.get("description") or ""
+    return _expand(study_name, raw, base_dir, where, description, allocations)
+
+
+def _allocations(given: Any, where: _Locator) -> dict[str, Allocation]:
+    """Return the study's ``allocations:`` by name, each checked by the Allocation model."""
+    if given is None:
+        return {}
+    if not isinstance(given, list):
+        raise StudyError(
+            f"{where('allocations')}: allocations: write a list of allocations, e.g. "
+            "allocations: [{name: pool, nodes: 2, resources: {cores_per_task: 1}}]"
+        )
+    found: dict[str, Allocation] = {}
+    first: dict[str, int] = {}
+    problems: list[str] = []
+    for i, item in enumerate(given):
+        if not isinstance(item, dict):
+            problems.append(
+                f"{where('allocations', i)}: allocation {i + 1}: each allocation is a mapping "
+                "with a name, e.g. {name: pool, nodes: 2}"
+            )
+            continue
+        try:
+            allocation = Allocation(**{str(k): v for k, v in item.items()})
+        except ValidationError as exc:
+            spec = {**item, "_index": i}
+            problems.append(_describe(exc, spec, where, ("allocations", i), "allocation"))
+            continue
+        if allocation.name in found:
+            problems.append(
+                f'{where("allocations", i, "name")}: allocation "{allocation.name}": name: '
+                f'another allocation is called "{allocation.name}" '
+                f"({where('allocations', first[allocation.name], 'name')}); give each its own name"
+            )
+            continue
+        found[allocation.name] = allocation
+        first[allocation.name] = i
+    if problems:
+        raise StudyError("\n".join(problems))
+    return found
+
+
+def _allocation_problem(
+    step: Step, spec: Mapping[str, Any], allocations: Mapping[str, Allocation], where: _Locator
+) -> str | None:
+    """Return why ``step`` cannot have its ``allocation`` (none of the study's is called so,
+    or ``refusal`` refuses it), at the line that names it; None when it can (or has none).
+    Checked at load: a step that cannot run in its allocation is refused before anything runs.
+    """
+    if step.allocation is None:
+        return None
+    path: tuple[Any, ...] = ("steps", spec["_index"], "allocation")
+    if path not in where.lines and ("defaults", "allocation") in where.lines:
+        path = ("defaults", "allocation")
+    allocation = allocations.get(step.allocation)
+    if allocation is None:
+        known = ", ".join(f'"{n}"' for n in allocations) or "none (add allocations: to it)"
+        said = (
+            f'no allocation is called "{step.allocation}"; the study\'s allocations: '
+            f"{known}{_did_you_mean(step.allocation, allocations)}"
+        )
+    else:
+        reason = refusal(step, allocation)
+        if reason is None:
+            return None
+        said = f'it cannot run in allocation "{allocation.name}": {reason}'
+    return f'{where(*path)}: step "{spec["name"]}": allocation: {said}'
 
 
 def _refuse_maestro(data: Mapping[Any, Any], where: _Locator) -> None:
@@ -302,7 +373,12 @@ _EXAMPLES = {
 
 
 def _expand(
-    study: str, raw: list[dict[str, Any]], base_dir: Path, where: _Locator, description: str
+    study: str,
+    raw: list[dict[str, Any]],
+    base_dir: Path,
+    where: _Locator,
+    description: str,
+    allocations: Mapping[str, Allocation],
 ) -> Study:
     for i, spec in enumerate(raw):
         first = next(s for s in raw if s["name"] == spec["name"])
@@ -328,13 +404,17 @@ def _expand(
             except StudyError as exc:  # report every bad step at once, not one per run
                 problems.append(str(exc))
                 break
+            refused = _allocation_problem(step, spec, allocations, where)
+            if refused is not None:
+                problems.append(refused)
+                break
             steps.append(step)
             depends[instance_name] = deps
             backends[instance_name] = spec.get("backend")
     if problems:
         raise StudyError("\n".join(problems))
     _check_acyclic(depends, {n: s for s in raw for n, _ in instances[s["name"]]}, where)
-    return Study(study, tuple(steps), depends, backends, description)
+    return Study(study, tuple(steps), depends, backends, description, tuple(allocations.values()))
 
 
 def _instances(spec: Mapping[str, Any], where: _Locator) -> list[tuple[str, dict[str, str]]]:
@@ -611,22 +691,25 @@ def _describe(
     spec: Mapping[str, Any],
     where: _Locator,
     at: tuple[Any, ...] | None = None,
+    what: str = "step",
 ) -> str:
     """Return one located line per error; ``at`` is where the step's mapping is (a study's
-    ``steps[i]`` unless given: a step file's is the top of the document)."""
+    ``steps[i]`` unless given: a step file's is the top of the document); ``what`` the kind
+    of mapping ("allocation": no defaults apply to one)."""
     at = ("steps", spec["_index"]) if at is None else at
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
         path = (*at, *loc)
-        if path[: len(at) + 1] not in where.lines and ("defaults", *loc) in where.lines:
+        defaulted = what == "step" and ("defaults", *loc) in where.lines
+        if path[: len(at) + 1] not in where.lines and defaulted:
             path = ("defaults", *loc)
         field_name = ".".join(str(p) for p in loc) or "step"
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field (a typo?)"
         message += _what_was_given(error)
-        label = f'step "{spec["name"]}"' if spec.get("name") is not None else "the step"
+        label = f'{what} "{spec["name"]}"' if spec.get("name") is not None else f"the {what}"
         lines.append(f"{where(*path)}: {label}: {field_name}: {message}")
     return "\n".join(lines)
 

@@ -24,3 +24,13 @@ def test_every_public_object_of_the_package_is_exported() -> None:
         and callable(value)
     }
     assert public == set(k8sjobs.__all__)
+
+
+def test_allocations_are_public() -> None:
+    """Allocation (for Session(allocations=...)) and the error a refused step raises."""
+    from k8sjobs.errors import AllocationRefused
+    from k8sjobs.steps.allocation import Allocation
+
+    assert k8sjobs.Allocation is Allocation and k8sjobs.AllocationRefused is AllocationRefused
+    assert issubclass(AllocationRefused, k8sjobs.K8sJobsError)
+    assert issubclass(AllocationRefused, ValueError)  # what a bad argument raises

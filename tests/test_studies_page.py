@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from k8sjobs import StudyError, fieldtables, study
+from k8sjobs.steps.allocation import Allocation
 from k8sjobs.steps.spec import Step
 from k8sjobs.study import parse_study
 
@@ -42,6 +43,7 @@ def test_the_tables_stand_for_the_models() -> None:
     """What the check compares against is the models' keys themselves, not a copy."""
     keys = {table: set(rows()) for table, (_, rows) in fieldtables.TABLES.items()}
     assert keys["Step.model_fields"] == set(Step.model_fields)
+    assert keys["Allocation.model_fields"] == set(Allocation.model_fields)
     assert keys["study._STUDY_KEYS"] == set(study._STUDY_KEYS)
     assert keys["study._EXTRA_STEP_KEYS"] == set(study._EXTRA_STEP_KEYS)
 

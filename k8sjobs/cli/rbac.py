@@ -1,6 +1,7 @@
 """The least rights k8sjobs needs in one namespace: a ServiceAccount, a Role, a RoleBinding.
 
     k8sjobs rbac --namespace hpc --service-account k8sjobs | kubectl apply -f -
+    k8sjobs rbac --namespace hpc study.yaml   # and the rights that study's steps need
 
 ``RULES`` lists every (API group, resource, verbs) the Kubernetes backend sends, and why;
 ``rbac_objects`` turns it into objects (pure: no I/O). Nothing is cluster-wide: a Role, not
@@ -15,9 +16,14 @@ import argparse
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..steps.allocation import Allocation
+    from ..steps.spec import Step
 
 __all__ = [
+    "ALLOCATION_RULES",
     "DEFAULT_SERVICE_ACCOUNT",
     "JOBSET_RULES",
     "KUEUE_RULES",
@@ -132,12 +138,34 @@ KUEUE_RULES: tuple[Rule, ...] = (
 )
 
 
-def _rules(minicluster: bool, jobset: bool = False, kueue: bool = False) -> tuple[Rule, ...]:
+#: Added by ``--allocations`` (or a study file with ``allocations:``): the driver reaches
+#: each allocation pod's agent through one long-lived ``pods/exec`` stream.
+ALLOCATION_RULES: tuple[Rule, ...] = (
+    Rule(
+        "",
+        "pods/exec",
+        ("create", "get"),
+        "open one stream to the agent of each pod of an allocation (a WebSocket: "
+        "Kubernetes 1.31 and later authorize its upgrade as create, earlier ones as get)",
+    ),
+    Rule(
+        "",
+        "pods",
+        ("get",),
+        "read an allocation's pod before opening its stream (running, and which container)",
+    ),
+)
+
+
+def _rules(
+    minicluster: bool, jobset: bool = False, kueue: bool = False, allocations: bool = False
+) -> tuple[Rule, ...]:
     return (
         RULES
         + (MINICLUSTER_RULES if minicluster else ())
         + (JOBSET_RULES if jobset else ())
         + (KUEUE_RULES if kueue else ())
+        + (ALLOCATION_RULES if allocations else ())
     )
 
 
@@ -148,11 +176,13 @@ def rbac_objects(
     minicluster: bool = False,
     jobset: bool = False,
     kueue: bool = False,
+    allocations: bool = False,
 ) -> list[Any]:
     """Return the ServiceAccount, Role and RoleBinding that let k8sjobs run in ``namespace``.
 
     ``minicluster`` adds the rights Flux Operator steps need (``MINICLUSTER_RULES``),
-    ``jobset`` those of JobSet steps (``JOBSET_RULES``), ``kueue`` those of queued steps.
+    ``jobset`` those of JobSet steps (``JOBSET_RULES``), ``kueue`` those of queued steps,
+    ``allocations`` those of a study's allocations (``ALLOCATION_RULES``).
     """
     from ..steps.spec import check_dns_label  # pydantic: not for the parser (``rbac --help``)
 
@@ -170,7 +200,7 @@ def rbac_objects(
         "metadata": meta(service_account),
         "rules": [
             {"apiGroups": [r.group], "resources": [r.resource], "verbs": list(r.verbs)}
-            for r in _rules(minicluster, jobset, kueue)
+            for r in _rules(minicluster, jobset, kueue, allocations)
         ],
     }
     binding = {
@@ -194,10 +224,11 @@ def rbac_yaml(
     minicluster: bool = False,
     jobset: bool = False,
     kueue: bool = False,
+    allocations: bool = False,
 ) -> str:
     """Return ``rbac_objects`` as one YAML stream for ``kubectl apply -f -``, rules explained."""
     header = [f"# k8sjobs: the rights it needs in namespace {namespace}, and nothing else."]
-    for rule in _rules(minicluster, jobset, kueue):
+    for rule in _rules(minicluster, jobset, kueue, allocations):
         header += textwrap.wrap(
             f"{rule.resource}: {rule.why}",
             width=98,
@@ -205,7 +236,12 @@ def rbac_yaml(
             subsequent_indent="#     ",
         )
     objects = rbac_objects(
-        namespace, service_account, minicluster=minicluster, jobset=jobset, kueue=kueue
+        namespace,
+        service_account,
+        minicluster=minicluster,
+        jobset=jobset,
+        kueue=kueue,
+        allocations=allocations,
     )
     import yaml  # not for the parser (``rbac --help``)
 
@@ -241,7 +277,36 @@ def add_rbac_command(commands: Any, common: Any) -> None:
         action="store_true",
         help="also the rights of queued steps (reading kueue.x-k8s.io Workloads)",
     )
+    parser.add_argument(
+        "--allocations",
+        action="store_true",
+        help="also the rights of a study's allocations (pods/exec to each pod's agent)",
+    )
+    parser.add_argument(
+        "study",
+        nargs="?",
+        metavar="STUDY.yaml",
+        help="a study file: also the rights its steps and allocations need "
+        "(as --allocations, --jobset, --minicluster, --kueue)",
+    )
     parser.set_defaults(func=_cmd_rbac)
+
+
+def study_needs(path: str) -> dict[str, bool]:
+    """Return the extra rule sets the study file at ``path`` needs, as ``rbac_objects``
+    takes them: allocations when it has any, jobset, minicluster and kueue by its steps'
+    (and allocations') targets and queues."""
+    from ..study import load_study  # pydantic and yaml: not for the parser (``rbac --help``)
+
+    study = load_study(path)
+    placed: list[Step | Allocation] = [*study.steps, *study.allocations]
+    targets = {p.target for p in placed}
+    return {
+        "allocations": bool(study.allocations),
+        "jobset": "jobset" in targets,
+        "minicluster": "minicluster" in targets,
+        "kueue": any(p.queue for p in placed),
+    }
 
 
 def _cmd_rbac(args: argparse.Namespace) -> int:
@@ -249,12 +314,14 @@ def _cmd_rbac(args: argparse.Namespace) -> int:
         from .options import UsageError
 
         raise UsageError("k8sjobs rbac: name the namespace the steps run in: -n NAMESPACE")
+    needs = study_needs(args.study) if args.study else {}
     text = rbac_yaml(
         args.namespace,
         args.service_account,
-        minicluster=args.minicluster,
-        jobset=args.jobset,
-        kueue=args.kueue,
+        minicluster=args.minicluster or needs.get("minicluster", False),
+        jobset=args.jobset or needs.get("jobset", False),
+        kueue=args.kueue or needs.get("kueue", False),
+        allocations=args.allocations or needs.get("allocations", False),
     )
     sys.stdout.write(text)
     return 0

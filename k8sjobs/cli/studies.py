@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,11 +23,13 @@ import yaml
 from .._printable import printable
 from ..errors import StudyBusy, StudyError
 from ..handle import StepHandle
+from ..render.allocation import render_allocation
 from ..render.manifests import Target, render
 from ..render.sshkey import key_for
 from ..runrecord import read_run, retime
 from ..session import Session
 from ..state import StepResult, StepState
+from ..steps.allocation import Allocation
 from ..steps.spec import Step, StepOutput
 from ..study import (
     StudyRun,
@@ -64,7 +67,10 @@ def _require_store(args: argparse.Namespace) -> None:
         )
 
 
-def _session(args: argparse.Namespace, study: str) -> Session:
+def _session(
+    args: argparse.Namespace, study: str, allocations: Sequence[Allocation] = ()
+) -> Session:
+    """Return the session of a study command; ``allocations`` are the study's (a run's)."""
     return Session(
         study=study,
         backend=args.backend,
@@ -80,6 +86,7 @@ def _session(args: argparse.Namespace, study: str) -> Session:
         options=_local_options(args) if args.backend == "local" else _kube_options(args),
         trace_file=getattr(args, "trace", None),
         metrics_port=getattr(args, "metrics_port", None),
+        allocations=allocations,
     )
 
 
@@ -111,7 +118,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     assert main is not None
     live = console.is_terminal and not args.plain
     display = Progress(names, console, live=live, on_reader_left=main.cancel)
-    async with _session(args, study.name) as session:
+    async with _session(args, study.name, study.allocations) as session:
         url = session.observer.metrics_url if session.observer is not None else None
         if url is not None:
             print(f"metrics: {url}", flush=True)
@@ -560,9 +567,10 @@ def _unordered(
 def _cmd_render(args: argparse.Namespace) -> int:
     text = read_study_text(args.file)  # bounded and UTF-8, as for a run
     data, lines = read_yaml(text, str(args.file))
+    allocations: Sequence[Allocation]
     if isinstance(data, dict) and "steps" in data:
         study = parse_study(text, base_dir=args.file.parent, source=str(args.file), name=args.study)
-        steps, name = list(study.steps), study.name
+        steps, name, allocations = list(study.steps), study.name, study.allocations
         unordered = _unordered(study.steps, study.depends, args.wait_inputs > 0)
         if unordered and not args.unordered:
             step, deps = unordered[0]
@@ -579,6 +587,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
             )
     elif isinstance(data, dict):
         steps, name = [parse_step_file(data, lines, str(args.file))], args.study or "default"
+        allocations = ()
     else:
         raise StudyError(f"{args.file}: a step file is a mapping of step fields (name, script)")
     target = Target(
@@ -589,9 +598,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
         handoff_image=args.handoff_image,
         wait_inputs=args.wait_inputs,
     )
+    # The allocations' objects first: their pods wait for the steps sent to them.
+    held = [render_allocation(a, target) for a in allocations]
     # A multi-node step gets a fresh key pair in its Secret, as when a Session submits it.
     rendered = (render(step, target, ssh_key=key_for(step)) for step in steps)
-    sys.stdout.write("---\n".join(m.to_yaml() for m in rendered))
+    sys.stdout.write("---\n".join(m.to_yaml() for m in itertools.chain(held, rendered)))
     return 0
 
 

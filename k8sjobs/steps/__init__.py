@@ -3,11 +3,13 @@
 
 ``spec`` holds the Step and its Resources; the parts it is made of have a module each:
 ``quantity`` (Kubernetes quantities), ``names`` (object names and label values), ``volumes``,
-``scheduling`` (node selection, affinity, tolerations) and ``failure`` (retry rules).
+``scheduling`` (node selection, affinity, tolerations), ``failure`` (retry rules) and
+``allocation`` (pods held for a study, that steps run in).
 """
 
 from __future__ import annotations
 
+from .allocation import Allocation
 from .names import job_name, label_value
 from .scheduling import Affinity
 from .spec import Resources, SecretKeyRef, Step, StepOutput, Toleration
@@ -15,6 +17,7 @@ from .volumes import Volume
 
 __all__ = [
     "Affinity",
+    "Allocation",
     "Resources",
     "SecretKeyRef",
     "Step",
