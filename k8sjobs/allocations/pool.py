@@ -265,7 +265,10 @@ class AllocationBackend:
         self._check_synced()
 
     def _allocation_changed(self, handle: StepHandle) -> None:
-        if not handle.done or self._closing:
+        if self._closing:
+            return
+        if not handle.done:  # why its pods wait (Kueue's quota, the scheduler): said on
+            self._tell_waiting()
             return
         for pod in self._pods.values():
             self._lost(pod, f"the allocation's Job ended ({handle.result.reason})")
@@ -463,8 +466,11 @@ class AllocationBackend:
     def _check_synced(self) -> None:
         if self._synced.is_set():
             return
-        waiting = [p for p in self._pods.values() if not p.gone and not p.ready and p.task is not None]
-        if not waiting:
+        # A new allocation's agents hold nothing; an adopted one's may hold the very steps
+        # this driver sends again: those are found (hello) before any is sent anew.
+        live = [p for p in self._pods.values() if not p.gone]
+        waiting = [p for p in live if not p.ready and p.task is not None]
+        if not self.handle.adopted or (live and not waiting):
             self._synced.set()
             self._dispatch()
 
@@ -486,6 +492,9 @@ class AllocationBackend:
             channel = pod.channel
             assert channel is not None
             asyncio.create_task(self._send(pod, channel, work))
+        self._tell_waiting()
+
+    def _tell_waiting(self) -> None:
         why = self._why()
         if why != self._said:  # said anew to every waiting step only when it changes
             self._said = why

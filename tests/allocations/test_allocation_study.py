@@ -200,3 +200,113 @@ async def test_a_step_that_does_not_fit_is_refused_at_submit(where: str, tmp_pat
                 await session.submit(big)
             with pytest.raises(AllocationRefused, match="nope"):
                 await session.submit(Step(name="lost", script="true", allocation="nope"))
+
+
+async def test_exec_streams_cut_mid_run_lose_no_step(tmp_path: Path) -> None:
+    async with _sessions("fake", tmp_path) as (make, cluster):
+        async with make(allocations=[pool()]) as session:
+            handles = await session.submit_many(
+                [Step(name=f"s{i}", script="sleep 0.05", allocation="pool") for i in range(60)]
+            )
+            counts = _terminal_counts(handles)
+            cut = 0
+            for _ in range(3):  # each time some steps are still to run
+                await wait_until(
+                    lambda: cluster.faults.cut_exec_streams() > 0, "an exec stream to cut"
+                )
+                cut += 1
+                done = sum(h.done for h in handles)
+                await wait_until(lambda d=done: sum(h.done for h in handles) > d, "steps go on")  # type: ignore[misc]
+            results = [await h.wait(120) for h in handles]
+            assert all(r.ok for r in results), [r for r in results if not r.ok][:2]
+            assert set(counts.values()) == {1}, counts
+            assert cut == 3
+            assert not any(e.reason == "AllocationPodLost" for h in handles for e in h.events)
+
+
+async def test_an_allocation_behind_kueue_is_one_workload(tmp_path: Path) -> None:
+    from ..kube.test_kueue_fake import KUEUE
+
+    async with FakeCluster(
+        "execute", directory=tmp_path / "cluster", controller=FAST, kueue=True
+    ) as cluster:
+        quota = {"name": "cpu", "nominalQuota": "4"}
+        flavors = [{"name": "default", "resources": [quota]}]
+        for plural, namespace, body in [
+            ("resourceflavors", "", {"metadata": {"name": "default"}}),
+            (
+                "clusterqueues",
+                "",
+                {
+                    "metadata": {"name": "cq"},
+                    "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": flavors}]},
+                },
+            ),
+            ("localqueues", "default", {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}),
+        ]:
+            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})
+        session = Session(
+            study="q", kubeconfig=cluster.kubeconfig_path, log_dir=tmp_path / "logs",
+            allocations=[pool(queue="lq", resources={"cores_per_task": 1})],
+        )
+        async with session:
+            handles = await session.submit_many(
+                [Step(name=f"s{i}", script="true", allocation="pool") for i in range(30)]
+            )
+            results = [await h.wait(120) for h in handles]
+            assert all(r.ok for r in results), [r for r in results if not r.ok][:2]
+            workloads = cluster.objects("workloads", "default")
+            assert len(workloads) == 1, [w["metadata"]["name"] for w in workloads]
+            pod_sets = workloads[0]["spec"]["podSets"]
+            assert [p["count"] for p in pod_sets] == [2]
+
+
+async def test_a_step_waiting_for_its_allocation_says_why_in_kueue_s_words(
+    tmp_path: Path,
+) -> None:
+    from ..kube.test_kueue_fake import KUEUE
+
+    async with FakeCluster(
+        "execute", directory=tmp_path / "cluster", controller=FAST, kueue=True
+    ) as cluster:
+        quota = {"name": "cpu", "nominalQuota": "1"}  # the allocation asks for 2
+        flavors = [{"name": "default", "resources": [quota]}]
+        for plural, namespace, body in [
+            ("resourceflavors", "", {"metadata": {"name": "default"}}),
+            (
+                "clusterqueues",
+                "",
+                {
+                    "metadata": {"name": "cq"},
+                    "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": flavors}]},
+                },
+            ),
+            ("localqueues", "default", {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}),
+        ]:
+            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})
+        session = Session(
+            study="q", kubeconfig=cluster.kubeconfig_path, log_dir=tmp_path / "logs",
+            allocations=[pool(queue="lq", resources={"cores_per_task": 1})],
+        )
+        async with session:
+            handle = await session.submit(Step(name="s", script="true", allocation="pool"))
+            await wait_until(
+                lambda: "quota" in handle.result.message, "the step says what Kueue said"
+            )
+            assert handle.state is StepState.PENDING
+            assert 'allocation "pool"' in handle.result.message, handle.result.message
+
+
+@WHERE
+async def test_a_step_cancelled_in_an_allocation_ends_cancelled_and_the_others_go_on(
+    where: str, tmp_path: Path
+) -> None:
+    async with _sessions(where, tmp_path) as (make, _):
+        async with make(allocations=[pool()]) as session:
+            long = await session.submit(Step(name="long", script="sleep 600", allocation="pool"))
+            await wait_until(lambda: long.state is StepState.RUNNING, "the long step runs")
+            await long.cancel()
+            result = await long.wait(30)
+            assert result.state is StepState.CANCELLED, result
+            after = await session.submit(Step(name="after", script="echo ok", allocation="pool"))
+            assert (await after.wait(60)).ok
