@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -43,6 +44,7 @@ from .protocol import ProtocolError, decode_event, encode
 if TYPE_CHECKING:
     from ..render.manifests import Manifests
     from ..steps.allocation import Allocation
+    from ..steps.spec import Step
 
 __all__ = ["AllocationBackend", "PodHost"]
 
@@ -149,6 +151,9 @@ class AllocationBackend:
         self._closing = False
         self._restarts = 0
         self._said = ""  # why queued steps wait, as last said to them
+        # The interpreter of a step's pull and push: the image's python3 (the handoff image
+        # has k8sjobs), or this very one where the pods are this machine's processes.
+        self._python = sys.executable if host.kind == "local" else "python3"
 
     # --- the Backend protocol ------------------------------------------------------------
 
@@ -158,7 +163,7 @@ class AllocationBackend:
 
     @property
     def default_store(self) -> str | None:
-        return None
+        return getattr(self.host, "default_store", None)  # the steps' outputs go where its own go
 
     async def start(self) -> None:
         """Create (or adopt) the allocation's Job through the host and follow its pods."""
@@ -197,7 +202,8 @@ class AllocationBackend:
         """Queue the step for a pod of the allocation (adopting it where an agent holds it)."""
         step = handle.step
         assert step is not None
-        work = _Work(handle, _message(handle, manifests), step.resources.cpu_cores)
+        message = _message(handle, manifests, self._python, self.host.kind)
+        work = _Work(handle, message, step.resources.cpu_cores)
         self._works[work.id] = work
         held = self._held.pop(work.id, None)
         if held is not None:
@@ -597,7 +603,9 @@ class AllocationBackend:
         return str(path)
 
 
-def _message(handle: StepHandle, manifests: Manifests) -> dict[str, Any]:
+def _message(
+    handle: StepHandle, manifests: Manifests, python: str = "python3", backend_kind: str = "kubernetes"
+) -> dict[str, Any]:
     """Return the submit message of ``handle``'s step (all but its ``op``)."""
     step = handle.step
     assert step is not None
@@ -616,6 +624,7 @@ def _message(handle: StepHandle, manifests: Manifests) -> dict[str, Any]:
         # A SecretStr travels in the channel only (never a ConfigMap, a log or a record).
         env[key] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
     walltime = step.walltime.total_seconds() if step.walltime is not None else None
+    pull, push = _handoff(step, manifests, python, backend_kind)
     return {
         "id": handle.object_name,
         "hash": manifests.spec_hash,
@@ -626,9 +635,30 @@ def _message(handle: StepHandle, manifests: Manifests) -> dict[str, Any]:
         "memory": res.memory_bytes or 0,
         "gpus": res.gpus,
         "walltime": walltime,
-        "pull": None,
-        "push": None,
+        "pull": pull,
+        "push": push,
     }
+
+
+def _handoff(
+    step: Step, manifests: Manifests, python: str, backend_kind: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Return the pull and push commands of ``step`` (None where it has no inputs, outputs).
+
+    The very handoff a step's own pod runs (``python -m k8sjobs.handoff``), with the same
+    config (``handoff.json`` of the step's rendered ConfigMap: pinned inputs, the store,
+    the lineage annotations), given in a variable: the agent writes no file for it.
+    """
+    config = (manifests.configmap.get("data") or {}).get("handoff.json")
+    if not config:
+        return None, None
+    env = {"K8SJOBS_HANDOFF_CONFIG": config, "K8SJOBS_BACKEND_KIND": backend_kind}
+    verb = [python, "-m", "k8sjobs.handoff"]
+    where = ["--config", "env:K8SJOBS_HANDOFF_CONFIG"]
+    pull = {"argv": [*verb, "pull", *where], "env": env} if step.inputs else None
+    # The agent runs the push only after the script exited 0: it says so (no marker).
+    push = {"argv": [*verb, "push", *where, "--exit-code", "0"], "env": env} if step.outputs else None
+    return pull, push
 
 
 def _line(message: Mapping[str, Any]) -> bytes:

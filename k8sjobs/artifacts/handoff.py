@@ -146,8 +146,22 @@ def parse_config(data: Any) -> HandoffConfig:
     )
 
 
-def load_config(path: str | Path) -> HandoffConfig:
-    """Read and parse the handoff config file."""
+#: ``--config env:NAME`` reads the config from the variable NAME, not a file: an allocation's
+#: agent runs a step's pull and push with no file of its own (allocations/pool.py).
+CONFIG_FROM_ENV = "env:"
+
+
+def load_config(path: str | Path, env: Mapping[str, str] = os.environ) -> HandoffConfig:
+    """Read and parse the handoff config file (or ``env:NAME``, the variable NAME)."""
+    text = str(path)
+    if text.startswith(CONFIG_FROM_ENV):
+        name = text.removeprefix(CONFIG_FROM_ENV)
+        if name not in env:
+            raise HandoffError(f"Handoff config {text}: the variable {name} is not set.")
+        try:
+            return parse_config(json.loads(env[name]))
+        except ValueError as exc:
+            raise HandoffError(f"Handoff config {text} is not valid JSON: {exc}.") from None
     try:
         return parse_config(json.loads(Path(path).read_text()))
     except OSError as exc:
@@ -502,7 +516,7 @@ async def run_command(
     An error is one line on ``err`` and exit code 1, as the container reports it.
     """
     try:
-        config = await asyncio.to_thread(load_config, config_path)
+        config = await asyncio.to_thread(load_config, config_path, env)
         if command == "pull":
             return await run_pull(config, env, out=out, err=err, stores=stores)
         if command == "sidecar":
@@ -565,6 +579,12 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument(
         "--timeout", type=float, default=None, help="seconds to wait for the exit marker"
     )
+    push.add_argument(
+        "--exit-code",
+        type=int,
+        default=None,
+        help="the step's exit code, when the caller knows it (no marker is waited for)",
+    )
     sidecar = sub.add_parser(
         "sidecar", help="pull, mark the inputs ready, wait, push (a MiniCluster's lead pod)"
     )
@@ -587,7 +607,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             argv += ["--config", os.environ[CONFIG_ENV]]
     args = build_parser().parse_args(argv)
     timeout = getattr(args, "timeout", None)
+    known: int | None = getattr(args, "exit_code", None)
+
+    async def exit_code() -> int | None:
+        return known
+
     try:
-        return asyncio.run(run_command(args.command, args.config, os.environ, timeout=timeout))
+        return asyncio.run(
+            run_command(
+                args.command,
+                args.config,
+                os.environ,
+                timeout=timeout,
+                exit_code=exit_code if known is not None else None,
+            )
+        )
     except KeyboardInterrupt:
         return 130
