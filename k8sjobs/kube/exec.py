@@ -177,7 +177,8 @@ class ExecStream:
         await self._send(bytes([RESIZE]) + size)
 
     async def read(self) -> tuple[int, bytes] | None:
-        """Return the next (channel, data) of output, or None once the status came.
+        """Return the next (channel, data) of output, or None once the status came (or
+        the stream was closed by ``aclose``).
 
         Empty messages (the bare channel byte each stream opens with) are skipped. Raises
         ``ExecStreamBroken`` when the connection ends without a status, ``ExecIdle`` when
@@ -220,7 +221,8 @@ class ExecStream:
         """Read (and drop) the output until the end; return the status."""
         while await self.read() is not None:
             pass
-        assert self.status is not None
+        if self.status is None:  # only after aclose(): the end was not waited for
+            raise ExecError(f"{self._what}: the stream was closed before its status came")
         return self.status
 
     async def aclose(self) -> None:

@@ -284,3 +284,11 @@ async def test_a_401_reloads_the_credentials_once(server: ReferenceExecServer) -
             await open_exec(kube, NS, POD, ["true"], stdin=False)
         assert caught.value.status == 401
         assert "wrong-01234567" not in str(caught.value)
+
+
+async def test_waiting_on_a_stream_closed_before_its_status_says_so() -> None:
+    async with _other_server() as kube:
+        stream = await open_exec(kube, NS, POD, ["sh", "-c", "read l; echo got:$l"])
+        await stream.aclose()
+        with pytest.raises(ExecError, match="closed before its status came"):
+            await stream.wait()

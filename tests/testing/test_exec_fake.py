@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from k8sjobs.errors import ApiError, NotFound, ServerUnavailable
 from k8sjobs.kube.client import PODS, ClientOptions, KubeClient
-from k8sjobs.kube.config import ClusterConfig
+from k8sjobs.kube.config import ClusterConfig, load_config
 from k8sjobs.kube.exec import (
     STDERR,
     STDOUT,
@@ -315,3 +315,20 @@ async def test_a_simulating_cluster_refuses_exec_with_the_reason(tmp_path: Path)
         await wait_until(lambda: _phase(sim, "sim") == "Running", "simulated pod running")
         with pytest.raises(ServerUnavailable, match=r'FakeCluster\("execute"\)'):
             await open_exec(kube, NS, "sim", ["true"])
+
+
+async def test_exec_over_tls_with_the_kubeconfigs_token(tmp_path: Path) -> None:
+    async with FakeCluster("execute", directory=tmp_path, controller=FAST, tls=True) as secure:
+        config = await load_config(secure.kubeconfig_path)
+        assert config.host.startswith("https://") and secure.token
+        async with KubeClient(config) as kube:
+            await _held(kube, secure)
+            stream = await open_exec(kube, NS, "held", ["echo", "over tls"], stdin=False)
+            assert await _drain(stream) == [(STDOUT, b"over tls\n")]
+            with pytest.raises(NotFound) as caught:
+                await open_exec(kube, NS, "nope", ["true"])
+            assert secure.token not in str(caught.value)
+        async with KubeClient(ClusterConfig(host=config.host, ssl=config.ssl)) as anonymous:
+            with pytest.raises(ApiError) as refused:
+                await open_exec(anonymous, NS, "held", ["true"])
+            assert refused.value.status == 401
