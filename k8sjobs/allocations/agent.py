@@ -30,12 +30,14 @@ import heapq
 import json
 import math
 import os
+import queue
 import re
 import selectors
 import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -662,6 +664,7 @@ class Agent:
         self.sel = selectors.DefaultSelector()
         self.base_env = dict(os.environ)
         self.which: dict[tuple[str, str], str] = {}
+        self.janitor = _Janitor(self.dir)
         self.pod = socket.gethostname()
         self.started = time.monotonic()
         self.idle_since = self.started
@@ -677,8 +680,9 @@ class Agent:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         os.chmod(self.dir, 0o700)
         # Steps of an earlier agent in this dir are gone with it: start from an empty one.
-        shutil.rmtree(os.path.join(self.dir, "steps"), ignore_errors=True)
-        os.mkdir(os.path.join(self.dir, "steps"), 0o700)
+        for name in ("steps", "trash", "spare"):
+            shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+            os.mkdir(os.path.join(self.dir, name), 0o700)
         _become_subreaper()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -1060,7 +1064,7 @@ class Agent:
         if self.client is not None:
             self.client.sent.discard(step_id)
         if step.dir:
-            _remove_step_dir(step.dir)
+            self.janitor.discard(step.dir)
 
     def _logs(self, client: _Client, op: LogsOp) -> None:
         step = self.steps.get(op["id"])
@@ -1105,7 +1109,8 @@ class Agent:
         step.dir = os.path.join(self.dir, "steps", op["id"])
         self._event(self._started_event(step))
         try:
-            _make_step_dir(step.dir)
+            if not self.janitor.take(step.dir):
+                _make_step_dir(step.dir)
         except OSError as exc:
             self._finish(step, None, "StartError", _clip(f"cannot make {step.dir}: {exc}"))
             return
@@ -1147,18 +1152,15 @@ class Agent:
         fds: list[int] = []
         try:
             if phase == "run":
-                with open(handoff["argv"][-1], "w", encoding="utf-8") as f:
-                    f.write(op["script"])
+                _write_file(handoff["argv"][-1], op["script"].encode("utf-8"))
             log = os.path.join(step.dir, "log" if phase == "run" else "handoff.log")
             fds.append(os.open(log, _APPEND, 0o644))
             if phase == "push":  # its last stdout line says what it pushed: keep stdout apart
                 fds.append(os.open(os.path.join(step.dir, "push.out"), _TRUNCATE, 0o644))
             env = self._env(step, handoff["env"])
             pid = self._spawn(handoff["argv"], env, os.path.join(step.dir, "work"), fds[-1], fds[0])
-        except (
-            OSError,
-            ValueError,
-        ) as exc:  # ValueError: text the OS cannot take (a NUL, a lone surrogate)
+        # ValueError: text the OS cannot take (a lone surrogate in the script, argv or env).
+        except (OSError, ValueError) as exc:
             reason = "StartError" if phase == "run" else "HandoffFailed"
             what = f"cannot start the {_what(phase)} {handoff['argv']!r}: {exc}"
             self._finish(step, step.code, reason, _clip(what))
@@ -1386,16 +1388,93 @@ def _make_step_dir(path: str) -> None:
         os.mkdir(os.path.join(path, sub))
 
 
-def _remove_step_dir(path: str) -> None:
-    # The common case (nothing left in work/, inputs/, outputs/) in a few syscalls; rmtree else.
+SPARE_DIRS = 64
+_STEP_SUBDIRS = ("work", "inputs", "outputs")
+_KEPT_FILES = ("script", "log")
+
+
+class _Janitor:
+    """Empties the dirs of acked steps off the loop, and keeps some for the next steps.
+
+    On a disk mounted with online discard (ext4 ``discard``, as on the machine this was
+    measured on) each rmdir or unlink of a file's blocks waits milliseconds for the device,
+    longer than a short step runs, and each mkdir costs tens of microseconds of CPU. So an
+    acked step's dir is renamed out of the way at once (its id may be used again), and one
+    thread, the agent's only other one, empties it and keeps up to SPARE_DIRS of them, their
+    work/, inputs/ and outputs/ in place: the next step renames one in instead of four mkdirs.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.trash = os.path.join(root, "trash")
+        self.spares = os.path.join(root, "spare")
+        self.todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.ready: deque[str] = deque()  # appended by the thread, taken by the loop: atomic
+        self.names = 0
+        self.started = False
+
+    def discard(self, path: str) -> None:
+        """Take a step's dir away now; it is emptied (or removed) in the thread."""
+        self.names += 1
+        trash = os.path.join(self.trash, str(self.names))
+        try:
+            os.rename(path, trash)
+        except OSError:
+            trash = path
+        if not self.started:
+            self.started = True
+            threading.Thread(target=self._run, name="janitor", daemon=True).start()
+        self.todo.put(trash)
+
+    def take(self, path: str) -> bool:
+        """Move an emptied dir to ``path``; return False when none is ready."""
+        try:
+            os.rename(self.ready.popleft(), path)
+        except (IndexError, OSError):
+            return False
+        return True
+
+    def _run(self) -> None:
+        count = 0
+        while True:
+            path = self.todo.get()
+            if len(self.ready) < SPARE_DIRS and _empty(path):
+                count += 1
+                spare = os.path.join(self.spares, str(count))
+                try:
+                    os.rename(path, spare)
+                    self.ready.append(spare)
+                    continue
+                except OSError:
+                    pass
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _empty(path: str) -> bool:
+    """Empty a step's dir but for its subdirs, themselves emptied; return whether it worked."""
     try:
-        for name in ("script", "log", "handoff.log", "push.out"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
-        for name in ("work", "inputs", "outputs", ""):
-            os.rmdir(os.path.join(path, name))
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name in _STEP_SUBDIRS and entry.is_dir(follow_symlinks=False):
+                    with os.scandir(entry.path) as inside:
+                        for item in inside:
+                            _remove(item)
+                elif entry.name in _KEPT_FILES and entry.is_file(follow_symlinks=False):
+                    os.truncate(entry.path, 0)  # a file made anew costs more than one emptied
+                else:
+                    _remove(entry)
+        for sub in _STEP_SUBDIRS:
+            if not os.path.isdir(os.path.join(path, sub)):
+                os.mkdir(os.path.join(path, sub))
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        return False
+    return True
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path)
+    else:
+        os.unlink(entry.path)
 
 
 def _children() -> list[int]:
@@ -1493,6 +1572,14 @@ def _relay(sel: selectors.BaseSelector, sock: socket.socket) -> Iterator[bytes]:
                 if not data:
                     return
                 yield data
+
+
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, _TRUNCATE, 0o644)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -174,6 +174,22 @@ def test_ack_removes_the_scratch_dir(tmp_path: Path) -> None:
         assert not step.exists()
 
 
+def test_every_step_starts_in_empty_dirs_though_acked_ones_are_reused(tmp_path: Path) -> None:
+    # Lists what the step finds (headers and blank lines of ls left out), then litters.
+    script = (
+        'ls -A "$K8SJOBS_WORKDIR" "$K8SJOBS_INPUTS" "$K8SJOBS_OUTPUTS" | grep -v "^/" | grep .\n'
+        "ls -A .. | grep -v -x -e script -e log -e work -e inputs -e outputs\n"
+        "mkdir -p d/e; echo junk > d/e/f; echo x > $K8SJOBS_OUTPUTS/o; touch ../extra\n"
+        "echo y > $K8SJOBS_INPUTS/i; exit 0\n"
+    )
+    with attached(tmp_path / "a", "--cpu", "1") as client:
+        for i in range(30):
+            client.send(submit(f"s{i}", script))
+            done = client.exit_of(f"s{i}")
+            assert (done["code"], done["log"]) == (0, ""), f"step {i} found {done['log']!r}"
+            client.send({"op": "ack", "id": f"s{i}"})
+
+
 def test_submit_is_idempotent_by_id_and_hash(tmp_path: Path) -> None:
     with attached(tmp_path / "a", "--cpu", "1") as client:
         client.send(submit("s", "echo once >> $K8SJOBS_WORKDIR/../../../count"))
