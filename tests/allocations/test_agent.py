@@ -15,8 +15,10 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 from k8sjobs.allocations.protocol import MAX_LINE
+from k8sjobs.allocations.protocol import encode as encode_line
 
 from .agentproc import AGENT, Client, attached, running_agent, submit
 
@@ -88,6 +90,18 @@ def test_a_step_gets_its_scratch_dirs_env_and_shell(tmp_path: Path) -> None:
         missing = client.exit_of("x")
         assert (missing["code"], missing["reason"]) == (None, "StartError")
         assert "no-such-shell-here" in missing["message"]
+
+
+def test_what_a_step_leaves_running_ends_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with attached(tmp_path / "a", "--cpu", "1") as client:
+        client.send(submit("bg", f"sleep 300 & echo $! > {pidfile}; exit 0"))
+        assert client.exit_of("bg")["code"] == 0
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{pid}").exists(), "the step's background sleep outlived it"
 
 
 def test_cancel_kills_a_running_step_and_dequeues_a_queued_one(tmp_path: Path) -> None:
@@ -452,3 +466,23 @@ def test_the_agent_is_one_stdlib_file_for_python_3_9() -> None:
         if isinstance(node, ast.keyword):
             assert node.arg not in ("strict", "slots", "kw_only"), ast.unparse(node)
     json.dumps(source)  # plain text, shippable in a ConfigMap
+
+
+def test_the_agent_refuses_steps_beyond_its_bounds(tmp_path: Path) -> None:
+    # In process: filling a queue of 100,000 steps through a pipe would only test the pipe.
+    from collections import deque
+
+    from k8sjobs.allocations import agent as agent_module
+    from k8sjobs.allocations.protocol import decode_op
+
+    agent = agent_module.Agent(str(tmp_path), cpu=1, memory=0, gpus=0)
+    op = decode_op(encode_line(submit("s", "true")))
+    assert op["op"] == "submit"
+    assert agent._refusal(op) is None
+    agent.queue = deque([cast(Any, None)] * agent_module.MAX_QUEUED)
+    refusal = agent._refusal(op)
+    assert refusal is not None and refusal[0] == "QueueFull" and "100000 steps wait" in refusal[1]
+    agent.queue.clear()
+    agent.finished = dict.fromkeys(map(str, range(agent_module.MAX_UNACKED)), cast(Any, None))
+    refusal = agent._refusal(op)
+    assert refusal is not None and refusal[0] == "QueueFull" and "not acked" in refusal[1]
