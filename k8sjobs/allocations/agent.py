@@ -20,6 +20,40 @@ as fds 1 and 2, SIGCHLD through the signal wakeup fd and ``os.wait4``; no thread
 machinery per step. The line protocol (JSON, one object per ``\\n``-terminated line, at most
 ``MAX_LINE`` bytes) is defined below: its message shapes (TypedDicts), ``encode``, ``decode``,
 ``parse_op`` (what the agent accepts) and ``parse_event`` (what the driver accepts).
+
+What ALLOCATIONS-SPEC.md leaves open, decided here:
+
+- a client's first op must be ``hello``; any other before it is answered with ``error``.
+  Events (``started``, ``exit``, heartbeats) go only to a client that said hello; ``hello``
+  replays the ``started`` of the running steps and every unacked ``exit`` this client was
+  not sent yet (each exit once per client; a second hello replays nothing new);
+- a step id is 1 to 253 letters, digits, ``.``, ``_`` or ``-``, starting with a letter or a
+  digit (it names ``DIR/steps/<id>``); a submit leaving out ``env``, ``cpu`` (1), ``memory``,
+  ``gpus``, ``walltime``, ``pull`` or ``push`` gets the default;
+- ``refused`` reasons: ``DoesNotFit``, ``MaxLifetime``, ``IdInUse``, ``Invalid`` (a submit
+  whose fields are wrong; the message names the field), ``QueueFull`` (the bounds below),
+  ``UnknownId`` (a cancel or logs of an id the agent does not hold). An ack of an unknown id
+  is a no-op, so a driver may resend acks after a re-attach;
+- the walltime runs from the step's start: its pull, script and push together;
+- ``code`` is the script's exit code (128+N when signal N ended it, as a container runtime
+  reports), null when the script never ran (a queued step cancelled or lost, a failed pull,
+  StartError); a failed push keeps the script's 0 with reason HandoffFailed;
+- the pull's and push's output goes to ``handoff.log`` beside the step's log (their last
+  words are the HandoffFailed message), and the push's stdout to ``push.out``, whose last
+  line, a JSON object of strings, is ``pushed``;
+- on reaching max_lifetime the queued steps end at once as ``Lost`` (never started, so the
+  driver runs them elsewhere); the agent exits once no step runs and every result is acked
+  (or no client is attached), and at max_lifetime + 60 s kills what still runs, as ``Lost``;
+- when a step's script ends, what it left in its process group is killed, as a container's
+  processes end with it; the agent is a child subreaper, so what left the group (setsid) is
+  its child and is killed on SIGTERM;
+- ``usage.max_rss`` is the peak RSS of the script's process tree as the kernel reports it
+  for a child: it counts the agent's own RSS at the spawn (about 18 MB) as a floor, since
+  the kernel charges the spawning process' memory to the child until it execs;
+- bounds: MAX_LINE per line; MAX_QUEUED queued steps, MAX_QUEUED_BYTES of their scripts and
+  envs and MAX_QUEUED_ID_BYTES of their ids (so a ``hello`` fits a line); MAX_RUNNING steps
+  at once; MAX_UNACKED kept results (their logs stay on disk, not in memory); MAX_ENV_BYTES
+  of env per step; MAX_OUTBOX unsent bytes before a client that reads nothing is dropped.
 """
 
 from __future__ import annotations
