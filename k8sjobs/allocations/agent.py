@@ -789,10 +789,10 @@ class Agent:
             due.append(self.timers[0][0])
         if self.idle_timeout and not (self.running or self.queue):
             due.append(self.idle_since + self.idle_timeout)
-        if self.max_lifetime:
-            due.append(self.started + self.max_lifetime)
-            if self.draining:
-                due.append(self.started + self.max_lifetime + HARD_STOP_GRACE)
+        if self.max_lifetime:  # the drain, then the hard stop; neither once passed (no spin)
+            stop = self.started + self.max_lifetime + (HARD_STOP_GRACE if self.draining else 0)
+            if stop > now:
+                due.append(stop)
         return max(0.0, min(due) - now)
 
     def _due(self, now: float) -> int | None:

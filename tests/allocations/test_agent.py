@@ -352,7 +352,8 @@ def test_idle_timeout_ends_the_agent(tmp_path: Path) -> None:
 
 def test_max_lifetime_refuses_new_steps_and_exits_once_the_running_end(tmp_path: Path) -> None:
     go = tmp_path / "go"
-    with running_agent(tmp_path / "a", "--cpu", "1", "--max-lifetime", "1") as agent:
+    args = ("--cpu", "1", "--max-lifetime", "1", "--heartbeat", "0.2")
+    with running_agent(tmp_path / "a", *args) as agent:
         client = agent.hello_client()
         client.send(submit("running", wait_for_go(go, "echo finished")))
         client.send(submit("queued", "true"))
@@ -362,11 +363,23 @@ def test_max_lifetime_refuses_new_steps_and_exits_once_the_running_end(tmp_path:
         refused = client.wait_for(lambda e: e["ev"] == "refused")
         assert refused["ev"] == "refused" and refused["reason"] == "MaxLifetime"
         assert agent.proc.poll() is None
+        # Draining, it waits for the running step without spinning: two seconds of
+        # heartbeats cost it a few milliseconds (a spinning loop takes a core, or its share).
+        cpu = cpu_seconds(agent.proc.pid)
+        for _ in range(10):
+            client.wait_for(lambda e: e["ev"] == "heartbeat")
+        assert cpu_seconds(agent.proc.pid) - cpu < 0.1
         go.touch()
         assert client.exit_of("running")["reason"] == "Completed"
         client.send({"op": "ack", "id": "running"})
         client.send({"op": "ack", "id": "queued"})
         assert agent.wait() == 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """Return the user+system CPU seconds process ``pid`` has used (its children out)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def processes_with(marker: str) -> list[int]:
