@@ -93,6 +93,7 @@ MAX_ENV_VALUE = (128 << 10) - 1  # Linux's MAX_ARG_STRLEN, counting "KEY=" and t
 MAX_ARGV = 256
 MAX_MESSAGE = 4 << 10
 MAX_OUTBOX = 64 << 20  # unsent bytes to a client that does not read; then it is dropped
+REPLAY_WINDOW = 1 << 20  # replayed exits are added while fewer unsent bytes than this wait
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL, as for a step's walltime
 HARD_STOP_GRACE = 60.0  # after max_lifetime, running steps get this long, then are lost
 DEFAULT_HEARTBEAT = 5.0
@@ -649,7 +650,7 @@ class _Step:
 
 
 class _Client:
-    __slots__ = ("discarding", "hello", "inbox", "outbox", "sent", "sock", "writing")
+    __slots__ = ("discarding", "hello", "inbox", "outbox", "replay", "sent", "sock", "writing")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -658,6 +659,7 @@ class _Client:
         self.discarding = False  # inside a line over the bound, skipped up to its end
         self.hello = False
         self.sent: set[str] = set()  # ids whose exit this client has been sent
+        self.replay: deque[str] = deque()  # ids whose exit it is still to be sent after hello
         self.writing = False
 
 
@@ -932,6 +934,8 @@ class Agent:
             self._logs(client, op)
 
     def _send(self, client: _Client, message: Mapping[str, Any]) -> None:
+        if self.client is not client:
+            return  # dropped already (it read nothing): its events are replayed to the next
         try:
             client.outbox += encode(message)
         except ProtocolError as exc:
@@ -947,6 +951,7 @@ class Agent:
             self._send(self.client, message)
 
     def _flush(self, client: _Client) -> None:
+        self._pump(client)
         if self.client is not client or not client.outbox:
             return
         try:
@@ -957,6 +962,7 @@ class Agent:
             self._drop(client)
             return
         del client.outbox[:sent]
+        self._pump(client)
         writing = bool(client.outbox)
         if writing != client.writing:
             client.writing = writing
@@ -980,8 +986,15 @@ class Agent:
         self._send(client, self._hello_event())
         for step in self.running.values():
             self._send(client, self._started_event(step))
-        for step_id, step in self.finished.items():
-            if step_id not in client.sent:
+        client.replay = deque(i for i in self.finished if i not in client.sent)
+        self._pump(client)
+
+    def _pump(self, client: _Client) -> None:
+        """Put replayed exits in the outbox as it empties: thousands of kept results (each up
+        to LOG_TAIL of log) are read from disk and sent a window at a time, not all at once."""
+        while client.replay and len(client.outbox) < REPLAY_WINDOW and self.client is client:
+            step = self.finished.get(client.replay.popleft())
+            if step is not None and step.op["id"] not in client.sent:  # not acked, not sent live
                 self._send_exit(client, step)
 
     def _hello_event(self) -> HelloEvent:

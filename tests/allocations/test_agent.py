@@ -175,6 +175,19 @@ def test_reattach_reports_everything_once_per_client_and_keeps_steps_running(
         assert [e["id"] for e in third.events if e["ev"] == "exit"].count("running") == 1
 
 
+def test_a_replay_larger_than_the_outbox_bound_reaches_a_new_client(tmp_path: Path) -> None:
+    # 1,100 kept exits of 64 KiB of log each: 70 MB, more than a client may leave unread.
+    count, script = 1100, "head -c 65536 /dev/zero | tr '\\0' x"
+    with running_agent(tmp_path / "a", "--cpu", "2") as agent:
+        first = agent.hello_client()
+        for i in range(count):
+            first.send(submit(f"s{i}", script))
+        assert all(e["log_bytes"] == 65536 for e in first.exits(count, timeout=120).values())
+        first.kill()
+        second = agent.hello_client()
+        assert len(second.exits(count, timeout=120)) == count
+
+
 def test_ack_removes_the_scratch_dir(tmp_path: Path) -> None:
     with attached(tmp_path / "a", "--cpu", "1") as client:
         client.send(submit("s", "echo x > $K8SJOBS_OUTPUTS/f; echo y > left-behind"))
