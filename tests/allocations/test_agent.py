@@ -15,8 +15,10 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 from k8sjobs.allocations.protocol import MAX_LINE
+from k8sjobs.allocations.protocol import encode as encode_line
 
 from .agentproc import AGENT, Client, attached, running_agent, submit
 
@@ -90,6 +92,18 @@ def test_a_step_gets_its_scratch_dirs_env_and_shell(tmp_path: Path) -> None:
         assert "no-such-shell-here" in missing["message"]
 
 
+def test_what_a_step_leaves_running_ends_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with attached(tmp_path / "a", "--cpu", "1") as client:
+        client.send(submit("bg", f"sleep 300 & echo $! > {pidfile}; exit 0"))
+        assert client.exit_of("bg")["code"] == 0
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{pid}").exists(), "the step's background sleep outlived it"
+
+
 def test_cancel_kills_a_running_step_and_dequeues_a_queued_one(tmp_path: Path) -> None:
     go = tmp_path / "go"
     with attached(tmp_path / "a", "--cpu", "1") as client:
@@ -161,6 +175,19 @@ def test_reattach_reports_everything_once_per_client_and_keeps_steps_running(
         assert [e["id"] for e in third.events if e["ev"] == "exit"].count("running") == 1
 
 
+def test_a_replay_larger_than_the_outbox_bound_reaches_a_new_client(tmp_path: Path) -> None:
+    # 1,100 kept exits of 64 KiB of log each: 70 MB, more than a client may leave unread.
+    count, script = 1100, "head -c 65536 /dev/zero | tr '\\0' x"
+    with running_agent(tmp_path / "a", "--cpu", "2") as agent:
+        first = agent.hello_client()
+        for i in range(count):
+            first.send(submit(f"s{i}", script))
+        assert all(e["log_bytes"] == 65536 for e in first.exits(count, timeout=120).values())
+        first.kill()
+        second = agent.hello_client()
+        assert len(second.exits(count, timeout=120)) == count
+
+
 def test_ack_removes_the_scratch_dir(tmp_path: Path) -> None:
     with attached(tmp_path / "a", "--cpu", "1") as client:
         client.send(submit("s", "echo x > $K8SJOBS_OUTPUTS/f; echo y > left-behind"))
@@ -172,6 +199,22 @@ def test_ack_removes_the_scratch_dir(tmp_path: Path) -> None:
         refused = client.wait_for(lambda e: e["ev"] == "refused")
         assert refused["ev"] == "refused" and refused["reason"] == "UnknownId"
         assert not step.exists()
+
+
+def test_every_step_starts_in_empty_dirs_though_acked_ones_are_reused(tmp_path: Path) -> None:
+    # Lists what the step finds (headers and blank lines of ls left out), then litters.
+    script = (
+        'ls -A "$K8SJOBS_WORKDIR" "$K8SJOBS_INPUTS" "$K8SJOBS_OUTPUTS" | grep -v "^/" | grep .\n'
+        "ls -A .. | grep -v -x -e script -e log -e work -e inputs -e outputs\n"
+        "mkdir -p d/e; echo junk > d/e/f; echo x > $K8SJOBS_OUTPUTS/o; touch ../extra\n"
+        "echo y > $K8SJOBS_INPUTS/i; exit 0\n"
+    )
+    with attached(tmp_path / "a", "--cpu", "1") as client:
+        for i in range(30):
+            client.send(submit(f"s{i}", script))
+            done = client.exit_of(f"s{i}")
+            assert (done["code"], done["log"]) == (0, ""), f"step {i} found {done['log']!r}"
+            client.send({"op": "ack", "id": f"s{i}"})
 
 
 def test_submit_is_idempotent_by_id_and_hash(tmp_path: Path) -> None:
@@ -322,7 +365,8 @@ def test_idle_timeout_ends_the_agent(tmp_path: Path) -> None:
 
 def test_max_lifetime_refuses_new_steps_and_exits_once_the_running_end(tmp_path: Path) -> None:
     go = tmp_path / "go"
-    with running_agent(tmp_path / "a", "--cpu", "1", "--max-lifetime", "1") as agent:
+    args = ("--cpu", "1", "--max-lifetime", "1", "--heartbeat", "0.2")
+    with running_agent(tmp_path / "a", *args) as agent:
         client = agent.hello_client()
         client.send(submit("running", wait_for_go(go, "echo finished")))
         client.send(submit("queued", "true"))
@@ -332,11 +376,23 @@ def test_max_lifetime_refuses_new_steps_and_exits_once_the_running_end(tmp_path:
         refused = client.wait_for(lambda e: e["ev"] == "refused")
         assert refused["ev"] == "refused" and refused["reason"] == "MaxLifetime"
         assert agent.proc.poll() is None
+        # Draining, it waits for the running step without spinning: two seconds of
+        # heartbeats cost it a few milliseconds (a spinning loop takes a core, or its share).
+        cpu = cpu_seconds(agent.proc.pid)
+        for _ in range(10):
+            client.wait_for(lambda e: e["ev"] == "heartbeat")
+        assert cpu_seconds(agent.proc.pid) - cpu < 0.1
         go.touch()
         assert client.exit_of("running")["reason"] == "Completed"
         client.send({"op": "ack", "id": "running"})
         client.send({"op": "ack", "id": "queued"})
         assert agent.wait() == 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """Return the user+system CPU seconds process ``pid`` has used (its children out)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def processes_with(marker: str) -> list[int]:
@@ -436,3 +492,23 @@ def test_the_agent_is_one_stdlib_file_for_python_3_9() -> None:
         if isinstance(node, ast.keyword):
             assert node.arg not in ("strict", "slots", "kw_only"), ast.unparse(node)
     json.dumps(source)  # plain text, shippable in a ConfigMap
+
+
+def test_the_agent_refuses_steps_beyond_its_bounds(tmp_path: Path) -> None:
+    # In process: filling a queue of 100,000 steps through a pipe would only test the pipe.
+    from collections import deque
+
+    from k8sjobs.allocations import agent as agent_module
+    from k8sjobs.allocations.protocol import decode_op
+
+    agent = agent_module.Agent(str(tmp_path), cpu=1, memory=0, gpus=0)
+    op = decode_op(encode_line(submit("s", "true")))
+    assert op["op"] == "submit"
+    assert agent._refusal(op) is None
+    agent.queue = deque([cast(Any, None)] * agent_module.MAX_QUEUED)
+    refusal = agent._refusal(op)
+    assert refusal is not None and refusal[0] == "QueueFull" and "100000 steps wait" in refusal[1]
+    agent.queue.clear()
+    agent.finished = dict.fromkeys(map(str, range(agent_module.MAX_UNACKED)), cast(Any, None))
+    refusal = agent._refusal(op)
+    assert refusal is not None and refusal[0] == "QueueFull" and "not acked" in refusal[1]

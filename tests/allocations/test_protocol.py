@@ -186,3 +186,12 @@ def test_a_submit_gets_defaults_for_what_it_leaves_out() -> None:
         "pull": None,
         "push": None,
     }
+
+
+def test_an_env_over_its_bound_is_refused_by_name() -> None:
+    op = {"op": "submit", "id": "a", "hash": "", "script": "", "shell": ["sh"]}
+    big = {f"V{i}": "x" * 1000 for i in range(300)}
+    with pytest.raises(ProtocolError, match='field "env" must be an object of strings'):
+        decode_op(encode({**op, "env": big}))
+    with pytest.raises(ProtocolError, match='field "env"'):
+        decode_op(encode({**op, "env": {"A=B": "x"}}))
