@@ -74,6 +74,7 @@ __all__ = [
     "agent_argv",
     "agent_script",
     "allocation_object_name",
+    "held_pods",
     "render_allocation",
 ]
 
@@ -115,6 +116,14 @@ def allocation_object_name(study: str, allocation: Allocation) -> str:
     readable = _PREFIX + (f"{slug(study, study_room)}-" if study_room >= 3 else "") + name
     digest = hashlib.sha256(json.dumps(["allocation", study, allocation.name]).encode())
     return f"{readable}-{digest.hexdigest()[:_HASH_LEN]}"
+
+
+def held_pods(obj: Mapping[str, Any]) -> bool:
+    """Return whether ``obj`` (a Job, JobSet, ConfigMap or pod) is an allocation's, not a
+    step's: it carries the study's label as a step's objects do, so a study's watches and
+    ``attach`` must tell them apart by ``LABEL_ALLOCATION``."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return LABEL_ALLOCATION in labels
 
 
 @functools.cache
