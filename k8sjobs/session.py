@@ -269,7 +269,9 @@ class Session:
         """Submit ``steps`` with at most ``limit`` creations in flight; return their handles.
 
         Unlike ``submit``, one refused step does not stop the others: its handle ends
-        FAILED with reason "SubmitFailed" and the error in its message.
+        FAILED with reason "SubmitFailed" and the error in its message. A step its
+        allocation refuses is the exception: AllocationRefused is raised before any step
+        is sent, as a study refuses it when loaded (the batch is wrong as written).
         """
         chosen = await self._backend(self._default_kind)
         self._check_allocations(steps, chosen)

@@ -32,6 +32,7 @@ from ..events import pod_event, warning_event
 from ..handle import StepHandle
 from ..jobsetstatus import jobset_of, jobset_pending_deadline, judge_jobset, restart_event
 from ..observe.native import Native, native
+from ..render.allocation import held_pods
 from ..render.jobset import LAUNCHER, WORKERS
 from ..render.manifests import (
     ANNOTATION_FAILED_OUTPUTS,
@@ -903,6 +904,8 @@ class KubernetesBackend:
         tops = [(n, j) for n, j in watch.jobs.cache.objects.items() if jobset_of(j) is None]
         if watch.jobsets is not None:
             tops += list(watch.jobsets.cache.objects.items())
+        # An allocation's Job (or JobSet) carries the study's label too, but is no step.
+        tops = [(n, j) for n, j in tops if not held_pods(j)]
         handles, settling = [], []
         for name, job in tops:
             existing = watch.handles.get(name)
@@ -932,6 +935,8 @@ class KubernetesBackend:
         for name, job in watch.jobs.cache.objects.items():
             if name in have or ended(job) or name in self.unwritten or jobset_of(job):
                 continue
+            if held_pods(job):  # an allocation's: its ConfigMap is its pool's business
+                continue
             step = (job["metadata"].get("annotations") or {}).get(ANNOTATION_STEP, name)
             log.warning(
                 'Step "%s": Job "%s" has no ConfigMap (a driver stopped between creating '
@@ -942,6 +947,8 @@ class KubernetesBackend:
             self.unwritten.append(name)
         for item in found["items"]:
             meta = item["metadata"]
+            if held_pods(item):  # an allocation's agent: its pool, not a step, owns it
+                continue
             if not meta.get("ownerReferences") and watch.top(meta["name"]) is None:
                 step = (meta.get("annotations") or {}).get(ANNOTATION_STEP, meta["name"])
                 log.warning(

@@ -98,6 +98,8 @@ _KEEP_META = (
 _KEEP_LABELS = (
     "k8sjobs.io/spec-hash",
     "k8sjobs.io/step",
+    # An allocation's objects (k8sjobs.render.allocation.LABEL_ALLOCATION): no step's.
+    "k8sjobs.io/allocation",
     "kueue.x-k8s.io/queue-name",
     "batch.kubernetes.io/job-name",
     "job-name",

@@ -76,6 +76,7 @@ __all__ = [
     "agent_argv",
     "agent_script",
     "allocation_object_name",
+    "held_pods",
     "render_allocation",
 ]
 
@@ -126,6 +127,14 @@ def allocation_step_name(allocation: Allocation) -> str:
     return f"allocation {allocation.name}"
 
 
+def held_pods(obj: Mapping[str, Any]) -> bool:
+    """Return whether ``obj`` (a Job, JobSet, ConfigMap or pod) is an allocation's, not a
+    step's: it carries the study's label as a step's objects do, so a study's watches and
+    ``attach`` must tell them apart by ``LABEL_ALLOCATION``."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return LABEL_ALLOCATION in labels
+
+
 @functools.cache
 def agent_script() -> str:
     """Return the agent's text (``k8sjobs/allocations/agent.py``), as the ConfigMap holds it."""
@@ -133,10 +142,18 @@ def agent_script() -> str:
     return files.joinpath(AGENT_KEY).read_text(encoding="utf-8")
 
 
+def _number(value: float) -> str:
+    """Return a number as the agent's command line takes it: "300", "0.5", "2147483647".
+
+    Never an exponent (``:g`` wrote 1e+06 for a 1,000,000-second lifetime).
+    """
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _seconds(value: timedelta | None) -> str:
-    """Return a duration as the agent's command line takes it: seconds, "300" or "0.5"."""
+    """Return a duration in seconds for the agent's command line."""
     assert value is not None  # Allocation requires both durations
-    return f"{value.total_seconds():g}"
+    return _number(value.total_seconds())
 
 
 def agent_argv(
@@ -154,7 +171,7 @@ def agent_argv(
         "--dir",
         directory,
         "--cpu",
-        f"{allocation.pod_cpu:g}",
+        _number(allocation.pod_cpu),
         "--memory",
         str(allocation.pod_memory or 0),
         "--gpus",

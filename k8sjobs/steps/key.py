@@ -110,6 +110,9 @@ EXCLUDED_FIELDS = frozenset(
         "spread",
         "worker_wait",
         "cache",
+        # Where the step runs, like queue: an allocation's pod runs the same image and script
+        # (refusal() refuses another image), so a success there is the success of a Job.
+        "allocation",
     }
 )
 

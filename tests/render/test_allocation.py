@@ -274,9 +274,12 @@ def test_hostile_allocations_are_refused_naming_the_field(
     assert words in str(refused.value)
 
 
-def test_the_longest_durations_fit_the_job() -> None:
-    alloc = Allocation(name="a", max_lifetime=timedelta(seconds=2**31 - 1))
+def test_the_longest_durations_fit_the_job_and_the_command_line() -> None:
+    alloc = Allocation(name="a", max_lifetime=timedelta(seconds=2**31 - 1), idle_timeout=10**6)
     assert render_allocation(alloc).job["spec"]["activeDeadlineSeconds"] == 2**31 - 1 + 120
+    argv = agent_argv(alloc)
+    assert argv[argv.index("--max-lifetime") + 1] == str(2**31 - 1)
+    assert argv[argv.index("--idle-timeout") + 1] == "1000000"  # no exponent: not 1e+06
 
 
 # --- through the fake cluster's API server -----------------------------------------------

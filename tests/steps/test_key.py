@@ -77,6 +77,7 @@ SAME: dict[str, dict[str, Any]] = {
     "spread": {"spread": "zone"},
     "worker_wait": {"resources": TWO, "worker_wait": "1m"},
     "cache": {"cache": False},
+    "allocation": {"allocation": "pool"},
 }
 
 
