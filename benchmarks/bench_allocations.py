@@ -81,7 +81,12 @@ def _session(cluster: Cluster, logs: Path, study: str, **options: Any) -> Sessio
 
 
 async def _run(
-    cluster: Cluster, logs: Path, study: str, count: int, latency: int, make: Callable[[str], Step],
+    cluster: Cluster,
+    logs: Path,
+    study: str,
+    count: int,
+    latency: int,
+    make: Callable[[str], Step],
     **options: Any,
 ) -> dict[str, float]:
     async with _session(cluster, logs, study, **options) as session:
@@ -141,7 +146,12 @@ def main() -> None:
                 ),
                 "allocation 2 pods x 1 core": asyncio.run(
                     _run(
-                        cluster, root / "logs", "alloc", args.steps, args.latency, in_pool,
+                        cluster,
+                        root / "logs",
+                        "alloc",
+                        args.steps,
+                        args.latency,
+                        in_pool,
                         allocations=[pool],
                     )
                 ),
@@ -149,8 +159,10 @@ def main() -> None:
         finally:
             cluster.stop()
     base = rows["Jobs (one per step)"]["steps/s"]
-    print(f"{'run':30} {'steps/s':>9} {'ratio':>7} {'overhead ms':>12} {'CPU ms/step':>12} "
-          f"{'writes/step':>12}")
+    print(
+        f"{'run':30} {'steps/s':>9} {'ratio':>7} {'overhead ms':>12} {'CPU ms/step':>12} "
+        f"{'writes/step':>12}"
+    )
     for name, row in rows.items():
         print(
             f"{name:30} {row['steps/s']:9.1f} {row['steps/s'] / base:6.1f}x "

@@ -325,7 +325,11 @@ class Session:
         host = await self._backend(backend or self._default_kind)
         manifests = render_allocation(allocation, self._target(host))
         held = AllocationBackend(
-            allocation, host, manifests, study=self.study, log_dir=self.log_dir  # type: ignore[arg-type]
+            allocation,
+            host,
+            manifests,
+            study=self.study,
+            log_dir=self.log_dir,  # type: ignore[arg-type]
         )
         self._backends[kind] = held  # type: ignore[assignment]
         self._running.add(kind)

@@ -36,7 +36,7 @@ from pydantic import SecretStr
 from ..events import StepEvent
 from ..handle import StepHandle
 from ..render.allocation import allocation_step_name
-from ..state import StepResult, StepState
+from ..state import StepState
 from ..usage import Usage
 from .channel import Channel, ChannelBroken, open_channel
 from .protocol import ProtocolError, decode_event, encode
@@ -248,7 +248,9 @@ class AllocationBackend:
 
     async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
         await handle.wait()
-        for line in (await self.logs(handle, container=container, tail=None, index=None)).splitlines():
+        for line in (
+            await self.logs(handle, container=container, tail=None, index=None)
+        ).splitlines():
             yield line
 
     # --- pods and channels ---------------------------------------------------------------
@@ -341,7 +343,9 @@ class AllocationBackend:
         elif kind == "refused":
             self._refused(pod, message)
         elif kind == "error":
-            _log.warning("allocation %s: pod %s: %s", self.allocation.name, pod.name, message.get("message"))
+            _log.warning(
+                "allocation %s: pod %s: %s", self.allocation.name, pod.name, message.get("message")
+            )
 
     def _hello(self, pod: _Pod, message: dict[str, Any]) -> None:
         capacity = message.get("capacity") or {}
@@ -421,7 +425,9 @@ class AllocationBackend:
             self._queue.appendleft(work)
         else:
             words = str(message.get("message") or reason)
-            self._finish(work, StepState.FAILED, reason, f"the allocation's agent refused it: {words}")
+            self._finish(
+                work, StepState.FAILED, reason, f"the allocation's agent refused it: {words}"
+            )
         self._dispatch()
 
     def _lost(self, pod: _Pod, why: str) -> None:
@@ -523,7 +529,9 @@ class AllocationBackend:
 
     def _waiting(self, work: _Work) -> None:
         if work.handle.result.state is StepState.PENDING:
-            work.handle.report(work.handle.result.evolve(reason="AllocationWait", message=self._said))
+            work.handle.report(
+                work.handle.result.evolve(reason="AllocationWait", message=self._said)
+            )
 
     # --- ends ----------------------------------------------------------------------------
 
@@ -598,13 +606,18 @@ class AllocationBackend:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, "utf-8")
         except OSError as exc:
-            _log.warning("step %s: its log could not be kept at %s: %s", work.handle.name, path, exc)
+            _log.warning(
+                "step %s: its log could not be kept at %s: %s", work.handle.name, path, exc
+            )
             return None
         return str(path)
 
 
 def _message(
-    handle: StepHandle, manifests: Manifests, python: str = "python3", backend_kind: str = "kubernetes"
+    handle: StepHandle,
+    manifests: Manifests,
+    python: str = "python3",
+    backend_kind: str = "kubernetes",
 ) -> dict[str, Any]:
     """Return the submit message of ``handle``'s step (all but its ``op``)."""
     step = handle.step
@@ -657,7 +670,9 @@ def _handoff(
     where = ["--config", "env:K8SJOBS_HANDOFF_CONFIG"]
     pull = {"argv": [*verb, "pull", *where], "env": env} if step.inputs else None
     # The agent runs the push only after the script exited 0: it says so (no marker).
-    push = {"argv": [*verb, "push", *where, "--exit-code", "0"], "env": env} if step.outputs else None
+    push = (
+        {"argv": [*verb, "push", *where, "--exit-code", "0"], "env": env} if step.outputs else None
+    )
     return pull, push
 
 
@@ -674,9 +689,11 @@ def _time(value: Any) -> datetime | None:
 def _usage(value: Any) -> Usage | None:
     if not isinstance(value, dict):
         return None
+
     def number(key: str) -> float | None:
         item = value.get(key)
         return float(item) if isinstance(item, int | float) and math.isfinite(item) else None
+
     peak = number("max_rss")
     return Usage(
         wall_seconds=number("wall"),
