@@ -166,7 +166,8 @@ def main() -> None:
     for name, row in rows.items():
         print(
             f"{name:30} {row['steps/s']:9.1f} {row['steps/s'] / base:6.1f}x "
-            f"{row['overhead ms']:12.1f} {row['driver CPU ms/step']:12.2f} {row['writes/step']:12.2f}"
+            f"{row['overhead ms']:12.1f} {row['driver CPU ms/step']:12.2f} "
+            f"{row['writes/step']:12.2f}"
         )
 
 

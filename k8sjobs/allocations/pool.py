@@ -150,10 +150,17 @@ class AllocationBackend:
         self._started = False
         self._closing = False
         self._restarts = 0
+        self._tasks: set[asyncio.Task[None]] = set()
         self._said = ""  # why queued steps wait, as last said to them
         # The interpreter of a step's pull and push: the image's python3 (the handoff image
         # has k8sjobs), or this very one where the pods are this machine's processes.
         self._python = sys.executable if host.kind == "local" else "python3"
+
+    def _spawn(self, coro: Any) -> None:
+        """Run ``coro`` as a task kept until it ends (a dropped task may be collected)."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # --- the Backend protocol ------------------------------------------------------------
 
@@ -282,7 +289,7 @@ class AllocationBackend:
             self._lost(pod, f"the allocation's Job ended ({handle.result.reason})")
         if self._queue and self._restarts < 3:  # steps still to run: hold the pods again
             self._restarts += 1
-            asyncio.create_task(self._restart())
+            self._spawn(self._restart())
 
     async def _restart(self) -> None:
         self.handle = StepHandle(
@@ -503,7 +510,7 @@ class AllocationBackend:
             pod.in_flight[work.id] = work
             channel = pod.channel
             assert channel is not None
-            asyncio.create_task(self._send(pod, channel, work))
+            self._spawn(self._send(pod, channel, work))
         self._tell_waiting()
 
     def _tell_waiting(self) -> None:
@@ -514,10 +521,9 @@ class AllocationBackend:
                 self._waiting(work)
 
     async def _send(self, pod: _Pod, channel: Channel, work: _Work) -> None:
-        try:
+        # A broken channel: the reader sees it too; re-attach says whether the agent has it.
+        with contextlib.suppress(ChannelBroken):
             await channel.send(_line({"op": "submit", **work.message}))
-        except ChannelBroken:
-            pass  # the reader sees it too; re-attach says whether the agent has it
 
     def _why(self) -> str:
         """Return why a queued step waits, in the pods' (or the API server's) words."""
@@ -583,7 +589,7 @@ class AllocationBackend:
 
     def _send_ack(self, pod: _Pod, step_id: str) -> None:
         if pod.channel is not None:
-            asyncio.create_task(self._send_line(pod.channel, {"op": "ack", "id": step_id}))
+            self._spawn(self._send_line(pod.channel, {"op": "ack", "id": step_id}))
 
     @staticmethod
     async def _send_line(channel: Channel, message: Mapping[str, Any]) -> None:
