@@ -36,7 +36,7 @@ from .steps.allocation import Allocation, refusal
 from .steps.spec import Step, StepOutput, StepTarget, check_dns_label
 
 if TYPE_CHECKING:
-    from .allocations.pool import AllocationBackend
+    from .allocations.pool import AllocationBackend, PodHost
     from .kube.watch import WatchStats
     from .observe import Observer
 
@@ -275,7 +275,8 @@ class Session:
         """
         chosen = await self._backend(self._default_kind)
         self._check_allocations(steps, chosen)
-        held = {n: await self.allocate(n) for n in sorted({s.allocation for s in steps} - {None})}
+        names = sorted({s.allocation for s in steps if s.allocation is not None})
+        held = {n: await self.allocate(n) for n in names}
         registered = [
             self._register(step, held.get(step.allocation or "", chosen), ())
             for step in _producers_first(steps)
@@ -324,14 +325,9 @@ class Session:
             return found
         host = await self._backend(backend or self._default_kind)
         manifests = render_allocation(allocation, self._target(host))
-        held = AllocationBackend(
-            allocation,
-            host,
-            manifests,
-            study=self.study,
-            log_dir=self.log_dir,  # type: ignore[arg-type]
-        )
-        self._backends[kind] = held  # type: ignore[assignment]
+        pods = cast("PodHost", host)  # both backends hold pods (pods_of, on_pods)
+        held = AllocationBackend(allocation, pods, manifests, study=self.study, log_dir=self.log_dir)
+        self._backends[kind] = held
         self._running.add(kind)
         await held.start()
         return held

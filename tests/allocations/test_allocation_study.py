@@ -221,7 +221,7 @@ async def test_exec_streams_cut_mid_run_lose_no_step(tmp_path: Path) -> None:
                 )
                 cut += 1
                 done = sum(h.done for h in handles)
-                await wait_until(lambda d=done: sum(h.done for h in handles) > d, "steps go on")  # type: ignore[misc]
+                await wait_until(lambda d=done: sum(h.done for h in handles) > d, "steps go on")
             results = [await h.wait(120) for h in handles]
             assert all(r.ok for r in results), [r for r in results if not r.ok][:2]
             assert set(counts.values()) == {1}, counts
@@ -253,7 +253,7 @@ async def test_an_allocation_behind_kueue_is_one_workload(tmp_path: Path) -> Non
                 {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}},
             ),
         ]:
-            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})
+            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})  # type: ignore[dict-item]
         session = Session(
             study="q",
             kubeconfig=cluster.kubeconfig_path,
@@ -298,7 +298,7 @@ async def test_a_step_waiting_for_its_allocation_says_why_in_kueue_s_words(
                 {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}},
             ),
         ]:
-            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})
+            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})  # type: ignore[dict-item]
         session = Session(
             study="q",
             kubeconfig=cluster.kubeconfig_path,
