@@ -326,7 +326,9 @@ class Session:
         host = await self._backend(backend or self._default_kind)
         manifests = render_allocation(allocation, self._target(host))
         pods = cast("PodHost", host)  # both backends hold pods (pods_of, on_pods)
-        held = AllocationBackend(allocation, pods, manifests, study=self.study, log_dir=self.log_dir)
+        held = AllocationBackend(
+            allocation, pods, manifests, study=self.study, log_dir=self.log_dir
+        )
         self._backends[kind] = held
         self._running.add(kind)
         await held.start()
