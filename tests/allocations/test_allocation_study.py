@@ -18,10 +18,10 @@ import pytest
 
 from k8sjobs import Allocation, Resources, Session, Step
 from k8sjobs.errors import AllocationRefused
-from k8sjobs.handle import StepHandle
 from k8sjobs.state import StepState
 from k8sjobs.testing import ControllerConfig, FakeCluster
 
+from ..kube.kubehelpers import count_terminal
 from ..waiting import wait_until
 
 FAST = ControllerConfig(batch_period=0.05, backoff_base=0.2, backoff_max=2.0)
@@ -70,18 +70,6 @@ async def _sessions(where: str, tmp_path: Path) -> AsyncIterator[tuple[MakeSessi
 
 
 WHERE = pytest.mark.parametrize("where", ["local", "fake"])
-
-
-def _terminal_counts(handles: list[StepHandle]) -> dict[str, int]:
-    seen = {h.name: 0 for h in handles}
-
-    def note(handle: StepHandle) -> None:
-        if handle.done:
-            seen[handle.name] += 1
-
-    for handle in handles:
-        handle.add_listener(note)
-    return seen
 
 
 @WHERE
@@ -142,7 +130,7 @@ async def test_a_pod_deleted_while_20_steps_run_loses_none_and_reports_none_twic
                     for i in range(20)
                 ]
             )
-            counts = _terminal_counts(handles)
+            counts = count_terminal(handles)
             await wait_until(
                 lambda: sum(h.state is StepState.RUNNING for h in handles) >= 4, "steps run"
             )
@@ -213,7 +201,7 @@ async def test_exec_streams_cut_mid_run_lose_no_step(tmp_path: Path) -> None:
             handles = await session.submit_many(
                 [Step(name=f"s{i}", script="sleep 0.05", allocation="pool") for i in range(60)]
             )
-            counts = _terminal_counts(handles)
+            counts = count_terminal(handles)
             cut = 0
             for _ in range(3):  # each time some steps are still to run
                 await wait_until(
@@ -229,31 +217,25 @@ async def test_exec_streams_cut_mid_run_lose_no_step(tmp_path: Path) -> None:
             assert not any(e.reason == "AllocationPodLost" for h in handles for e in h.events)
 
 
-async def test_an_allocation_behind_kueue_is_one_workload(tmp_path: Path) -> None:
+def _queue(cluster: FakeCluster, cpu: str) -> None:
+    """Give ``cluster``'s Kueue a LocalQueue "lq" of ``cpu`` cores."""
     from ..kube.test_kueue_fake import KUEUE
 
+    flavors = [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]
+    spec = {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": flavors}]}
+    for plural, namespace, body in [
+        ("resourceflavors", "", {"metadata": {"name": "default"}}),
+        ("clusterqueues", "", {"metadata": {"name": "cq"}, "spec": spec}),
+        ("localqueues", "default", {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}),
+    ]:
+        cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})  # type: ignore[dict-item]
+
+
+async def test_an_allocation_behind_kueue_is_one_workload(tmp_path: Path) -> None:
     async with FakeCluster(
         "execute", directory=tmp_path / "cluster", controller=FAST, kueue=True
     ) as cluster:
-        quota = {"name": "cpu", "nominalQuota": "4"}
-        flavors = [{"name": "default", "resources": [quota]}]
-        for plural, namespace, body in [
-            ("resourceflavors", "", {"metadata": {"name": "default"}}),
-            (
-                "clusterqueues",
-                "",
-                {
-                    "metadata": {"name": "cq"},
-                    "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": flavors}]},
-                },
-            ),
-            (
-                "localqueues",
-                "default",
-                {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}},
-            ),
-        ]:
-            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})  # type: ignore[dict-item]
+        _queue(cluster, cpu="4")
         session = Session(
             study="q",
             kubeconfig=cluster.kubeconfig_path,
@@ -275,30 +257,10 @@ async def test_an_allocation_behind_kueue_is_one_workload(tmp_path: Path) -> Non
 async def test_a_step_waiting_for_its_allocation_says_why_in_kueue_s_words(
     tmp_path: Path,
 ) -> None:
-    from ..kube.test_kueue_fake import KUEUE
-
     async with FakeCluster(
         "execute", directory=tmp_path / "cluster", controller=FAST, kueue=True
     ) as cluster:
-        quota = {"name": "cpu", "nominalQuota": "1"}  # the allocation asks for 2
-        flavors = [{"name": "default", "resources": [quota]}]
-        for plural, namespace, body in [
-            ("resourceflavors", "", {"metadata": {"name": "default"}}),
-            (
-                "clusterqueues",
-                "",
-                {
-                    "metadata": {"name": "cq"},
-                    "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": flavors}]},
-                },
-            ),
-            (
-                "localqueues",
-                "default",
-                {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}},
-            ),
-        ]:
-            cluster.store.create(plural, namespace, {"apiVersion": KUEUE, **body})  # type: ignore[dict-item]
+        _queue(cluster, cpu="1")  # the allocation asks for 2
         session = Session(
             study="q",
             kubeconfig=cluster.kubeconfig_path,
