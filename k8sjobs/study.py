@@ -882,6 +882,8 @@ class StudyRun:
         self._handles: dict[str, StepHandle] = {}
         self.started = time.time()
         self._journal: RunJournal | None = None
+        # How many steps of the study each allocation still has to run (released at 0).
+        self._in_allocation = Counter(s.allocation for s in study.steps if s.allocation)
 
     def record_to(self, directory: Path) -> None:
         """Journal every change of a step to ``directory`` as it happens (``save`` compacts).
@@ -931,6 +933,23 @@ class StudyRun:
                     await self._submit_and_wait(step, after)
         finally:
             self._done[step.name].set()
+        await self._release_when_unused(step.allocation)
+
+    async def _release_when_unused(self, name: str | None) -> None:
+        """Release allocation ``name`` once no step of the study is left to run in it.
+
+        Its pods would hold their cores until ``idle_timeout`` otherwise, while the study's
+        other steps may wait for those very cores (a laptop's, a small queue's quota).
+        """
+        from .allocations.pool import AllocationBackend  # only a study with allocations
+
+        if name is None:
+            return
+        self._in_allocation[name] -= 1
+        held = self.session.backends.get(f"allocation/{name}")
+        if self._in_allocation[name] == 0 and isinstance(held, AllocationBackend):
+            _log.info('allocation "%s" is released: no step of the study is left for it', name)
+            await held.release()
 
     async def _submit_and_wait(self, step: Step, after: list[StepHandle]) -> None:
         record = self.records[step.name]
@@ -1075,6 +1094,8 @@ def _record_json(record: StepRecord) -> dict[str, Any]:
         # and missing: why each None figure is None); None until the step ended.
         "usage": r.usage.to_json() if r.usage is not None else None,
         "outputs": dict(r.outputs),
+        # Where the driver kept its log (a step in an allocation: no Job to read it from).
+        "log_file": r.log_file,
     }
 
 

@@ -198,7 +198,10 @@ class AllocationBackend:
                 await pod.channel.aclose()
 
     async def release(self) -> None:
-        """End the allocation now: its pods leave, and the steps still in them are cancelled."""
+        """End the allocation now: its pods leave, and the steps still in them are cancelled.
+
+        A step submitted afterwards holds the pods again (a notebook's next cell).
+        """
         for work in list(self._works.values()):
             await self.cancel(work.handle)
         await self.host.cancel(self.handle)
@@ -225,6 +228,9 @@ class AllocationBackend:
         self._said = self._said or self._why()
         self._waiting(work)
         self._queue.append(work)
+        if self.handle.done and not self._closing:  # released, or ended: hold the pods again
+            self._restarts = 0
+            self._spawn(self._restart())
         self._dispatch()
 
     async def attach(self, study: str, namespace: str) -> list[StepHandle]:

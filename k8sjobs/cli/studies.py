@@ -286,6 +286,7 @@ def _recorded(args: argparse.Namespace, study: str) -> dict[str, StepResult]:
             state=StepState(s["state"]),
             reason=s.get("reason") or "",
             message=s.get("message") or "",
+            log_file=s.get("log_file") if isinstance(s.get("log_file"), str) else None,
         )
         for s in run.get("steps", ())
         if s.get("state") in StepState.__members__
@@ -492,6 +493,10 @@ async def _cmd_logs(args: argparse.Namespace) -> int:
                 _say_why_empty(found[0].result)
             return 0
         recorded = _recorded(args, study)
+        kept = _kept_log(args, recorded.get(step))
+        if kept is not None:
+            sys.stdout.write(kept)
+            return 0
         if step in recorded:
             why = recorded[step].message or recorded[step].reason or str(recorded[step].state)
             print(printable(f'step "{step}" of study "{study}" has no log: {why}'), file=sys.stderr)
@@ -505,6 +510,32 @@ async def _cmd_logs(args: argparse.Namespace) -> int:
         return 1
     finally:
         await session.aclose()
+
+
+def _kept_log(args: argparse.Namespace, result: StepResult | None) -> str | None:
+    """Return the log the driver kept of a recorded step (one run in an allocation has no
+    Job or process left to ask), its last ``--tail`` lines; None where none was kept.
+
+    Only a file under the state directory's logs is read: the record is a file on disk."""
+    if result is None or not result.log_file:
+        return None
+    path = Path(result.log_file)
+    logs = (args.state_dir / "logs").resolve()
+    try:
+        if not path.resolve().is_relative_to(logs):
+            return None
+        with path.open("rb") as f:
+            text = f.read(_KEPT_LOG_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if args.tail is not None:
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-args.tail :] if args.tail > 0 else [])
+    return text
+
+
+#: The most of a kept log ``logs`` reads (the agent sends 64 KiB of a step's log at most).
+_KEPT_LOG_LIMIT = 1 << 20
 
 
 def _say_why_empty(result: StepResult) -> None:

@@ -288,3 +288,19 @@ async def test_a_step_cancelled_in_an_allocation_ends_cancelled_and_the_others_g
         assert result.state is StepState.CANCELLED, result
         after = await session.submit(Step(name="after", script="echo ok", allocation="pool"))
         assert (await after.wait(60)).ok
+
+
+@WHERE
+async def test_a_step_after_release_holds_the_pods_again(where: str, tmp_path: Path) -> None:
+    # A notebook releases its allocation, then runs one more cell naming it.
+    async with _sessions(where, tmp_path) as (make, _), make(allocations=[pool()]) as session:
+        held = await session.allocate("pool")
+        first = await session.submit(Step(name="first", script="true", allocation="pool"))
+        assert (await first.wait(60)).ok
+        await held.release()
+        ended = await held.handle.wait(60)
+        assert ended.state is StepState.CANCELLED, ended
+        again = await session.submit(Step(name="again", script="echo back", allocation="pool"))
+        result = await again.wait(120)
+        assert result.ok, result
+        assert session.backends["allocation/pool"] is held

@@ -95,8 +95,15 @@ def test_rbac_of_a_bad_study_says_where_without_a_traceback(tmp_path: Path) -> N
 
 def test_run_hands_the_study_s_allocations_to_its_session(tmp_path: Path) -> None:
     # Without them the session would refuse s1 (AllocationRefused: it has no "pool").
+    # Two cores, both held by the pool's two pods: s2 runs only once the run releases the
+    # pool, its last step done (held to its idle_timeout, 5 minutes, the run would hang).
     study_file(tmp_path, STUDY)
-    done = k8sjobs(tmp_path, "run", "--backend", "local", "--plain", "study.yaml", check=0)
+    done = k8sjobs(
+        tmp_path, "run", "--backend", "local", "--cpu", "2", "--plain", "study.yaml", check=0
+    )
     assert "AllocationRefused" not in done.stderr
+    assert "s2: SUCCEEDED" in done.stdout
+    # The run is over: s1's log is the one its driver kept (no pod is left to ask).
     logs = k8sjobs(tmp_path, "logs", "study.yaml", "s1", check=0)
-    assert "hi from the pool" in logs.stdout
+    assert logs.stdout == "hi from the pool\n"
+    assert k8sjobs(tmp_path, "logs", "study.yaml", "s2", check=0).stdout == "alone\n"
