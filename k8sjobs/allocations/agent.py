@@ -772,6 +772,8 @@ class Agent:
             timeout = self._timeout(now)
             for key, _ in self.sel.select(timeout):
                 key.data()
+            if self.terminated:  # a pod's end signals its steps too: theirs is not their exit
+                continue
             if self.children:
                 self.children = False
                 self._reap()

@@ -256,7 +256,7 @@ class AllocationBackend:
     ) -> str:
         if handle.result.log_file:
             text = await asyncio.to_thread(Path(handle.result.log_file).read_text, "utf-8")
-            return _tail(text, tail)
+            return tail_lines(text, tail)
         return ""
 
     async def stream_logs(self, handle: StepHandle, *, container: str | None) -> AsyncIterator[str]:
@@ -715,7 +715,8 @@ def _usage(value: Any) -> Usage | None:
     )
 
 
-def _tail(text: str, tail: int | None) -> str:
+def tail_lines(text: str, tail: int | None) -> str:
+    """Return the last ``tail`` lines of ``text`` (all of it for None, none for 0)."""
     if tail is None:
         return text
     lines = text.splitlines(keepends=True)

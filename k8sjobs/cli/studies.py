@@ -528,10 +528,9 @@ def _kept_log(args: argparse.Namespace, result: StepResult | None) -> str | None
             text = f.read(_KEPT_LOG_LIMIT).decode("utf-8", "replace")
     except OSError:
         return None
-    if args.tail is not None:
-        lines = text.splitlines(keepends=True)
-        text = "".join(lines[-args.tail :] if args.tail > 0 else [])
-    return text
+    from ..allocations.pool import tail_lines  # only a step in an allocation keeps one
+
+    return tail_lines(text, args.tail)
 
 
 #: The most of a kept log ``logs`` reads (the agent sends 64 KiB of a step's log at most).
